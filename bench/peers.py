@@ -1,0 +1,460 @@
+#!/usr/bin/env python3
+"""normkit vs its peers on one GPU, in one process, one timing method.
+
+Peers (each only when importable):
+  eager     torch.ops.aten.native_layer_norm(_backward) / _fused_rms_norm(_backward)
+  compile   torch.compile of the same eager forward and full backward (Inductor's Triton kernels)
+  liger     Liger-Kernel's LayerNorm / RMSNorm autograd functions (import liger_kernel; --liger-path)
+  apex      apex.normalization fused_layer_norm_affine / fused_rms_norm_affine
+  quack     quack.rmsnorm (RMSNorm only)
+  normkit   torch.ops.normkit.* (import normkit), strategy "auto"
+
+Ops per case: gb = dgamma/dbeta only (output_mask [F,T,T] / [F,T]), full = dX + dgamma (+ dbeta),
+fwd = forward. Shapes: the seed's 13 cases and the LLM shapes (bf16 and fp16, LN and RMS).
+
+Timing (same for every peer): the call is captured 20 times into one CUDA graph (inputs rotate over
+buffer sets until they exceed 3x L2, so large-shape bandwidth is not served from cache), the graph is
+replayed once untimed, then 5 timed replays; the median replay / 20 is the kernel time (launch
+overhead excluded). Floors: bytes that must move (/work/shared/norm-math.md) over a device-to-device
+copy bandwidth measured in the same process.
+
+Writes --out (markdown, default bench/results/h200-peers.md) and a JSON next to it.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+# ----------------------------------------------------------------------------------------------
+# cases
+
+SEED = [  # name, family, dims, dtype
+    ("tile8_small", "ln", (32, 512), "float16"),
+    ("tile64_medium", "ln", (96, 768), "float16"),
+    ("tile128_medium", "ln", (192, 1024), "bfloat16"),
+    ("tile256_large", "ln", (4096, 1024), "float16"),
+    ("tile256_bert", "ln", (1024, 768), "float16"),
+    ("tile256_large_bf16", "ln", (4096, 1024), "bfloat16"),
+    ("tile256_large_fp32", "ln", (4096, 1024), "float32"),
+    ("two_pass_huge_M", "ln", (131072, 64), "float16"),
+    ("llm_hidden_4096", "ln", (32, 4096, 4096), "bfloat16"),
+    ("gpt2_style", "ln", (8, 1024, 768), "float16"),
+    ("rms_tile256", "rms", (4096, 1024), "float16"),
+    ("rms_llm", "rms", (32, 4096, 4096), "bfloat16"),
+    ("rms_two_pass", "rms", (131072, 64), "float16"),
+]
+
+LLM_SHAPES = [  # name, M, N
+    ("llm_131072x4096", 131072, 4096),
+    ("llama_16384x8192", 16384, 8192),
+    ("wide_2048x65536", 2048, 65536),
+    ("gpt2_8192x768", 8192, 768),
+    ("odd_8192x1000", 8192, 1000),
+    ("huge_m_131072x64", 131072, 64),
+    ("wide_4096x262144", 4096, 262144),
+]
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def build_cases(suites):
+    cases = []
+    if "seed" in suites:
+        for name, fam, dims, dt in SEED:
+            m = math.prod(dims[:-1])
+            cases.append(dict(suite="seed", name=name, family=fam, M=m, N=dims[-1], dtype=dt,
+                              shape=str(tuple(dims))))
+    if "llm" in suites:
+        for dt in ("bfloat16", "float16"):
+            for fam in ("ln", "rms"):
+                for name, m, n in LLM_SHAPES:
+                    cases.append(dict(suite="llm", name=f"{fam}_{name}_{'bf16' if dt == 'bfloat16' else 'fp16'}",
+                                      family=fam, M=m, N=n, dtype=dt, shape=f"({m}, {n})"))
+    return cases
+
+
+def floor_bytes(op, family, m, n, e, ew):
+    """Bytes that must move: /work/shared/norm-math.md (RMS gb: 2MNe + 4M + N e_w)."""
+    if family == "ln":
+        return {"fwd": 2 * m * n * e + 8 * m + 2 * n * ew,
+                "full": 3 * m * n * e + 8 * m + 3 * n * ew,
+                "gb": 2 * m * n * e + 8 * m + 2 * n * ew}[op]
+    return {"fwd": 2 * m * n * e + 4 * m + n * ew,
+            "full": 3 * m * n * e + 4 * m + 2 * n * ew,
+            "gb": 2 * m * n * e + 4 * m + n * ew}[op]
+
+
+# ----------------------------------------------------------------------------------------------
+# timing
+
+class Timer:
+    def __init__(self, calls, replays, l2_bytes, l2_factor=3.0, max_sets=64):
+        self.calls, self.replays = calls, replays
+        self.l2_bytes, self.l2_factor, self.max_sets = l2_bytes, l2_factor, max_sets
+
+    def sets_for(self, input_bytes):
+        want = math.ceil(self.l2_factor * self.l2_bytes / max(input_bytes, 1))
+        return max(1, min(want, self.max_sets))
+
+    def graph_time_us(self, fn, sets):
+        """fn(i) runs one call on buffer set i. Median over replays of the per-call time (µs)."""
+        calls = self.calls if sets <= 1 else math.ceil(max(self.calls, sets) / sets) * sets
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up outside capture (compilation, allocator)
+            for i in range(min(3, calls)):
+                fn(i % sets)
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(calls):
+                fn(i % sets)
+        graph.replay()
+        torch.cuda.synchronize()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(self.replays):
+            start.record()
+            graph.replay()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop) * 1000.0 / calls)
+        del graph
+        return statistics.median(times), calls
+
+
+def copy_bandwidth(nbytes=1 << 30, repeats=10):
+    a = torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(7)
+    b = torch.empty_like(a)
+    b.copy_(a)
+    best = 0.0
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(repeats):
+        start.record()
+        b.copy_(a)
+        stop.record()
+        stop.synchronize()
+        best = max(best, 2 * nbytes / (start.elapsed_time(stop) * 1e-3))
+    del a, b
+    torch.cuda.empty_cache()
+    return best, nbytes
+
+
+# ----------------------------------------------------------------------------------------------
+# peers
+
+def eager_ops(family, n):
+    aten = torch.ops.aten
+    if family == "ln":
+        def fwd(s):
+            return aten.native_layer_norm(s["x"], [n], s["w"], s["b"], 1e-5)
+
+        def bwd(s, mask):
+            return aten.native_layer_norm_backward(s["dy"], s["x"], [n], s["mean"], s["rstd"], s["w"], s["b"], mask)
+        return fwd, (lambda s: bwd(s, [False, True, True])), (lambda s: bwd(s, [True, True, True]))
+
+    def rfwd(s):
+        return aten._fused_rms_norm(s["x"], [n], s["w"], 1e-6)
+
+    def rbwd(s, mask):
+        return aten._fused_rms_norm_backward(s["dy"], s["x"], [n], s["rstd"], s["w"], mask)
+    return rfwd, (lambda s: rbwd(s, [False, True])), (lambda s: rbwd(s, [True, True]))
+
+
+def compiled_ops(family, n):
+    """torch.compile of the eager forward and full backward (the decompositions Inductor fuses)."""
+    fwd, _gb, full = eager_ops(family, n)
+    if family == "ln":
+        cf = torch.compile(lambda x, w, b: torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5), dynamic=False)
+        cb = torch.compile(lambda dy, x, mean, rstd, w, b: torch.ops.aten.native_layer_norm_backward(
+            dy, x, [n], mean, rstd, w, b, [True, True, True]), dynamic=False)
+        return (lambda s: cf(s["x"], s["w"], s["b"]),
+                lambda s: cb(s["dy"], s["x"], s["mean"], s["rstd"], s["w"], s["b"]))
+    cf = torch.compile(lambda x, w: torch.ops.aten._fused_rms_norm(x, [n], w, 1e-6), dynamic=False)
+    cb = torch.compile(lambda dy, x, rstd, w: torch.ops.aten._fused_rms_norm_backward(
+        dy, x, [n], rstd, w, [True, True]), dynamic=False)
+    return (lambda s: cf(s["x"], s["w"]), lambda s: cb(s["dy"], s["x"], s["rstd"], s["w"]))
+
+
+def autograd_ops(module_fn):
+    """A peer exposing only an autograd function y = f(x, w, b): forward = f; full backward =
+    torch.autograd.grad of a y computed once per buffer set (retain_graph)."""
+    def prepare(s, family):
+        x = s["x"].detach().requires_grad_()
+        w = s["w"].detach().requires_grad_()
+        b = s["b"].detach().requires_grad_() if family == "ln" else None
+        y = module_fn(x, w, b)
+        s["_ag"] = (x, w, b, y)
+
+    def fwd(s):
+        return module_fn(s["x"], s["w"], s["b"])
+
+    def full(s):
+        x, w, b, y = s["_ag"]
+        inputs = (x, w) if b is None else (x, w, b)
+        return torch.autograd.grad(y, inputs, s["dy"], retain_graph=True)
+    return prepare, fwd, full
+
+
+def optional_peers(family, n, liger_path):
+    """name -> (prepare, fwd, full) for importable optional peers."""
+    peers, notes = {}, []
+    if liger_path and liger_path not in sys.path:
+        sys.path.insert(0, liger_path)
+    try:
+        if family == "ln":
+            from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+            fn = lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)  # noqa: E731
+        else:
+            from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+            fn = lambda x, w, b: LigerRMSNormFunction.apply(x, w, 1e-6)  # noqa: E731
+        peers["liger"] = autograd_ops(fn)
+    except Exception as e:  # noqa: BLE001  (any import/API mismatch means "not available")
+        notes.append(f"liger: {type(e).__name__}: {e}")
+    try:
+        if family == "ln":
+            from apex.normalization.fused_layer_norm import fused_layer_norm_affine
+            fn = lambda x, w, b: fused_layer_norm_affine(x, w, b, (n,), 1e-5)  # noqa: E731
+        else:
+            from apex.normalization.fused_layer_norm import fused_rms_norm_affine
+            fn = lambda x, w, b: fused_rms_norm_affine(x, w, (n,), 1e-6)  # noqa: E731
+        peers["apex"] = autograd_ops(fn)
+    except Exception as e:  # noqa: BLE001
+        notes.append(f"apex: {type(e).__name__}: {e}")
+    if family == "rms":
+        try:
+            from quack.rmsnorm import rmsnorm as quack_rmsnorm
+            peers["quack"] = autograd_ops(lambda x, w, b: quack_rmsnorm(x, w, eps=1e-6))
+        except Exception as e:  # noqa: BLE001
+            notes.append(f"quack: {type(e).__name__}: {e}")
+    return peers, notes
+
+
+def normkit_ops(family, n):
+    ops = torch.ops.normkit
+    if family == "ln":
+        return (lambda s: ops.layer_norm_forward(s["x"], [n], s["w"], s["b"], 1e-5),
+                lambda s: ops.layer_norm_backward(s["dy"], s["x"], [n], s["mean"], s["rstd"], s["w"], s["b"],
+                                                  [False, True, True], "auto"),
+                lambda s: ops.layer_norm_backward(s["dy"], s["x"], [n], s["mean"], s["rstd"], s["w"], s["b"],
+                                                  [True, True, True], "auto"))
+    return (lambda s: ops.rms_norm_forward(s["x"], [n], s["w"], 1e-6),
+            lambda s: ops.rms_norm_backward(s["dy"], s["x"], [n], s["rstd"], s["w"], [False, True], "auto"),
+            lambda s: ops.rms_norm_backward(s["dy"], s["x"], [n], s["rstd"], s["w"], [True, True], "auto"))
+
+
+# ----------------------------------------------------------------------------------------------
+
+def make_sets(case, nsets, device="cuda"):
+    m, n, dt = case["M"], case["N"], DTYPES[case["dtype"]]
+    gen = torch.Generator(device=device)
+    gen.manual_seed(1234)
+    w = torch.randn(n, device=device, dtype=dt, generator=gen)
+    b = torch.randn(n, device=device, dtype=dt, generator=gen) if case["family"] == "ln" else None
+    sets = []
+    for _ in range(nsets):
+        x = torch.randn(m, n, device=device, dtype=dt, generator=gen)
+        dy = torch.randn(m, n, device=device, dtype=dt, generator=gen)
+        s = {"x": x, "dy": dy, "w": w, "b": b}
+        if case["family"] == "ln":
+            _, s["mean"], s["rstd"] = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
+        else:
+            _, s["rstd"] = torch.ops.aten._fused_rms_norm(x, [n], w, 1e-6)
+        sets.append(s)
+    return sets
+
+
+def run(args):
+    t_start = time.time()
+    torch.manual_seed(0)
+    prop = torch.cuda.get_device_properties(0)
+    l2 = int(getattr(prop, "L2_cache_size", 0) or 60 * 1024 * 1024)
+    bw, bw_bytes = copy_bandwidth()
+    print(f"[peers] {prop.name}, L2 {l2 >> 20} MiB, copy bandwidth {bw / 1e12:.3f} TB/s", file=sys.stderr)
+    timer = Timer(args.calls, args.replays, l2)
+
+    have_normkit, normkit_note = False, ""
+    try:
+        import normkit  # noqa: F401
+        have_normkit = bool(normkit.cuda_available())
+        if not have_normkit:
+            normkit_note = "normkit imported but sees no CUDA device (CPU-only build?)"
+    except Exception as e:  # noqa: BLE001
+        normkit_note = f"import normkit failed: {type(e).__name__}: {e}"
+    if normkit_note:
+        print(f"[peers] {normkit_note}", file=sys.stderr)
+
+    cases = build_cases(args.suite.split(","))
+    if args.cases:
+        wanted = set(args.cases.split(","))
+        cases = [c for c in cases if c["name"] in wanted]
+    use_compile = not args.quick
+    compile_spent = 0.0
+    results, notes_all = [], set()
+    for idx, case in enumerate(cases):
+        m, n, dt = case["M"], case["N"], DTYPES[case["dtype"]]
+        e = torch.empty((), dtype=dt).element_size()
+        input_bytes = 2 * m * n * e
+        nsets = timer.sets_for(input_bytes)
+        free, _total = torch.cuda.mem_get_info()
+        while nsets > 1 and nsets * 3 * m * n * e > 0.5 * free:
+            nsets -= 1
+        print(f"[peers] {idx + 1}/{len(cases)} {case['name']} M={m} N={n} {case['dtype']} sets={nsets} "
+              f"elapsed {time.time() - t_start:.0f}s", file=sys.stderr)
+        sets = make_sets(case, nsets)
+        row = dict(case, sets=nsets, times={}, errors={})
+
+        def timeit(key, fn, prepare=None):
+            try:
+                if prepare is not None:
+                    for s in sets:
+                        prepare(s, case["family"])
+                us, calls = timer.graph_time_us(lambda i: fn(sets[i]), nsets)
+                row["times"][key] = us
+            except Exception as ex:  # noqa: BLE001
+                row["errors"][key] = f"{type(ex).__name__}: {str(ex).splitlines()[0][:200] if str(ex) else ''}"
+                torch.cuda.synchronize()
+
+        fwd, gb, full = eager_ops(case["family"], n)
+        timeit("eager_fwd", fwd)
+        timeit("eager_gb", gb)
+        timeit("eager_full", full)
+        if use_compile and compile_spent < args.compile_budget:
+            t0 = time.time()
+            cfwd, cfull = compiled_ops(case["family"], n)
+            timeit("compile_fwd", cfwd)
+            timeit("compile_full", cfull)
+            compile_spent += time.time() - t0
+        elif use_compile:
+            row["errors"]["compile"] = f"skipped: compile budget of {args.compile_budget:.0f} s spent"
+        peers, notes = optional_peers(case["family"], n, args.liger_path)
+        notes_all.update(notes)
+        for pname, (prepare, pfwd, pfull) in peers.items():
+            timeit(f"{pname}_fwd", pfwd)
+            timeit(f"{pname}_full", pfull, prepare)
+            for s in sets:
+                s.pop("_ag", None)
+        if have_normkit:
+            nfwd, ngb, nfull = normkit_ops(case["family"], n)
+            timeit("normkit_fwd", nfwd)
+            timeit("normkit_gb", ngb)
+            timeit("normkit_full", nfull)
+            try:
+                row["normkit_plan_gb"] = torch.ops.normkit.plan_backward(
+                    "layer_norm" if case["family"] == "ln" else "rms_norm", m, n, dt,
+                    [False, True, case["family"] == "ln"], "auto", None)
+                row["normkit_plan_full"] = torch.ops.normkit.plan_backward(
+                    "layer_norm" if case["family"] == "ln" else "rms_norm", m, n, dt,
+                    [True, True, case["family"] == "ln"], "auto", None)
+            except Exception as ex:  # noqa: BLE001
+                row["errors"]["normkit_plan"] = str(ex)[:200]
+        ew = e
+        row["floor_us"] = {op: floor_bytes(op, case["family"], m, n, e, ew) / bw * 1e6 for op in ("fwd", "gb", "full")}
+        results.append(row)
+        del sets
+        torch.cuda.empty_cache()
+        for k, v in row["errors"].items():
+            print(f"[peers]   {k}: {v}", file=sys.stderr)
+
+    meta = dict(tool="bench/peers.py", date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                commit=args.commit or git_commit(), gpu=prop.name, l2_bytes=l2, torch=torch.__version__,
+                copy_bandwidth_GBps=bw / 1e9, copy_bytes=bw_bytes, calls_per_graph=args.calls,
+                replays=args.replays, compile=use_compile, compile_seconds=round(compile_spent, 1),
+                normkit=have_normkit, normkit_note=normkit_note, optional_peer_notes=sorted(notes_all),
+                seconds=round(time.time() - t_start, 1))
+    md = render(meta, results)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write(md)
+    json_path = args.json or os.path.splitext(args.out)[0] + ".json"
+    with open(json_path, "w") as f:
+        json.dump(dict(meta=meta, results=results), f, indent=1)
+    print(md)
+    print(f"[peers] wrote {args.out} and {json_path} in {time.time() - t_start:.0f} s", file=sys.stderr)
+    return 0
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def render(meta, results):
+    def f(v):
+        return "-" if v is None else f"{v:.2f}"
+
+    out = ["# normkit vs peers (CUDA-graph kernel time, µs)", "",
+           f"- commit: {meta['commit']}", f"- date: {meta['date']}", f"- GPU: {meta['gpu']} (L2 {meta['l2_bytes'] >> 20} MiB)",
+           f"- torch {meta['torch']}; torch.compile: {'yes' if meta['compile'] else 'no (--quick)'}"
+           + (f" ({meta['compile_seconds']} s compiling)" if meta["compile"] else ""),
+           f"- mode: graph replay — {meta['calls_per_graph']} calls captured per graph (rounded up to whole input "
+           f"rotations), median of {meta['replays']} replays; inputs rotate over buffer sets until > 3x L2",
+           f"- copy bandwidth: {meta['copy_bandwidth_GBps'] / 1000:.3f} TB/s (torch copy_ of "
+           f"{meta['copy_bytes'] / 1e9:.2f} GB, read + write, best of 10)",
+           f"- normkit: {'torch.ops.normkit (strategy auto)' if meta['normkit'] else 'not measured: ' + meta['normkit_note']}",
+           ]
+    if meta["optional_peer_notes"]:
+        out.append("- optional peers not available: " + "; ".join(sorted({n.split(':')[0] for n in meta['optional_peer_notes']})))
+    out.append("")
+    peer_names = ["eager", "compile", "liger", "apex", "quack"]
+    for op, title in (("gb", "dgamma/dbeta only (the seed's op)"), ("full", "full backward (dX + dgamma [+ dbeta])"),
+                      ("fwd", "forward")):
+        cols = [p for p in peer_names if any(f"{p}_{op}" in r["times"] for r in results)]
+        out += [f"## {title}", "",
+                "| case | M | N | dtype | " + " | ".join(cols) + " | normkit | normkit plan | normkit / best peer "
+                "| floor | best peer % of floor | normkit % of floor |",
+                "|---|---|---|---|" + "---|" * len(cols) + "---|---|---|---|---|---|"]
+        for r in results:
+            t = r["times"]
+            peer_t = {p: t.get(f"{p}_{op}") for p in cols}
+            best = min([v for v in peer_t.values() if v is not None], default=None)
+            nk = t.get(f"normkit_{op}")
+            floor = r["floor_us"][op]
+            ratio = f"{nk / best:.2f}×" if nk is not None and best else "-"
+            plan = r.get("normkit_plan_gb" if op == "gb" else "normkit_plan_full", "-") if op != "fwd" else "-"
+            out.append(f"| {r['name']} | {r['M']} | {r['N']} | {r['dtype']} | "
+                       + " | ".join(f(peer_t[p]) for p in cols)
+                       + f" | {f(nk)} | {plan} | {ratio} | {floor:.2f} | "
+                       + (f"{100 * floor / best:.0f}%" if best else "-") + " | "
+                       + (f"{100 * floor / nk:.0f}%" if nk else "-") + " |")
+        out.append("")
+    out.append("normkit / best peer < 1 means normkit is faster. floor = bytes that must move / copy bandwidth.")
+    errs = [(r["name"], k, v) for r in results for k, v in r["errors"].items()]
+    if errs:
+        out += ["", "### Not measured", ""] + [f"- {n}: {k}: {v}" for n, k, v in errs]
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="bench/results/h200-peers.md")
+    ap.add_argument("--json", default=None, help="default: --out with .json")
+    ap.add_argument("--suite", default="seed,llm", help="comma list of seed, llm")
+    ap.add_argument("--cases", default=None, help="only these case names (comma list)")
+    ap.add_argument("--quick", action="store_true", help="drop torch.compile")
+    ap.add_argument("--compile-budget", type=float, default=120.0,
+                    help="seconds of torch.compile work (compile + timing) before compiled peers are skipped")
+    ap.add_argument("--liger-path", default=None, help="directory to put on sys.path for liger_kernel")
+    ap.add_argument("--calls", type=int, default=20, help="calls captured per graph")
+    ap.add_argument("--replays", type=int, default=5, help="timed replays (median)")
+    ap.add_argument("--commit", default=None)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("peers.py: no CUDA device: nothing to compare (every peer here is a GPU kernel)", file=sys.stderr)
+        return 2
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

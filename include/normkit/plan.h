@@ -1,0 +1,142 @@
+// normkit planner: the one place that turns a problem (op, M, N, dtypes, mask, device) into a plan
+// (strategy, launch shapes, workspace bytes). Pure host C++: no CUDA headers, unit-tested on the CPU.
+// Every threshold lives in PlannerTable (src/planner/planner.cpp documents where each was measured).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "normkit/types.h"
+
+namespace normkit {
+
+enum class Op : std::uint8_t { LayerNormForward, LayerNormBackward, RmsNormForward, RmsNormBackward };
+const char* op_name(Op op);
+inline bool is_rms(Op op) { return op == Op::RmsNormForward || op == Op::RmsNormBackward; }
+inline bool is_backward(Op op) { return op == Op::LayerNormBackward || op == Op::RmsNormBackward; }
+
+/// Which backward outputs are requested (PyTorch's output_mask). RMSNorm never has dbias.
+struct Mask {
+  bool dx = true;
+  bool dweight = true;
+  bool dbias = true;
+  bool any_gamma_beta() const { return dweight || dbias; }
+};
+
+/// The seed's tiled bands, chosen by M: Tile-8 (M < 64), Tile-64, Tile-128, Tile-256 (M >= 256).
+enum class TileBand : std::uint8_t { None, Tile8, Tile64, Tile128, Tile256 };
+const char* band_name(TileBand band);
+
+/// What the planner needs to know about the GPU. Filled from cudaGetDeviceProperties by the CUDA
+/// layer; tests construct it by hand (AMD-like warp_size 64 included).
+struct DeviceFacts {
+  int sm_count = 132;
+  std::int64_t l2_bytes = 60LL << 20;
+  std::int64_t smem_per_block = 48 << 10;  ///< without opt-in
+  int warp_size = 32;
+  int max_threads_per_block = 1024;
+  static DeviceFacts h200() { return {}; }
+};
+
+/// The problem as the planner sees it.
+struct Problem {
+  Op op = Op::LayerNormBackward;
+  std::int64_t rows = 0;  ///< M
+  std::int64_t cols = 0;  ///< N
+  DType dtype = DType::F16;         ///< activation dtype (x, dy, y, dx)
+  DType weight_dtype = DType::F16;  ///< weight / dweight dtype
+  Mask mask{};
+  bool rows_vector_aligned = true;  ///< every row pointer 16-byte aligned (data and strides)
+};
+
+/// Shape of a row-wise kernel (forward, dX, and the row walk of the fused backward): each row is
+/// handled by a group of `threads_per_row` threads; each thread caches `items` vectors of `vec`
+/// elements in registers (items == 0: the row is streamed from memory twice instead).
+struct RowShape {
+  int vec = 1;              ///< elements per vector access (16 bytes / element size, or 1)
+  int items = 0;            ///< vectors per thread kept in registers; 0 = streaming path
+  int threads_per_row = 32; ///< power of two, 1..1024
+  int rows_per_block = 1;   ///< groups per block
+  std::int64_t blocks = 0;  ///< grid size; rows are grid-strided when blocks * rows_per_block < M
+  int block_threads() const { return threads_per_row * rows_per_block; }
+};
+
+/// Shape of a column-strip gamma/beta kernel (simple, tiled, two-pass pass 1) and of the partial
+/// reduce (two-pass pass 2, fused final reduce).
+struct ColumnShape {
+  TileBand band = TileBand::None;
+  int block_x = 32;              ///< columns per block (one per lane)
+  int block_y = 1;               ///< thread rows per block
+  int rows_per_thread = 1;       ///< rows a thread accumulates per block iteration
+  std::int64_t col_blocks = 0;   ///< column strips
+  std::int64_t row_parts = 1;    ///< two-pass: row slices (= partial rows); 1 otherwise
+  std::int64_t rows_per_part = 0;
+  int reduce_block_y = 8;        ///< partial reduce: threads summing one column strip together
+  int rows_per_iteration() const { return block_y * rows_per_thread; }
+};
+
+struct Plan {
+  Op op = Op::LayerNormBackward;
+  Strategy strategy = Strategy::Simple;  ///< never Auto once planned
+  Mask mask{};
+  RowShape row;            ///< forward / dX kernel, or the fused kernel's row walk
+  ColumnShape columns;     ///< gamma/beta kernels (unused by forward and fused)
+  std::int64_t partial_rows = 0;  ///< rows of fp32 partials [partial_rows, N] (two-pass, fused)
+  int partial_arrays = 0;         ///< 2 for LayerNorm dweight+dbias, 1 otherwise
+  bool single_launch = false;     ///< fused: final reduce after a grid-wide sync in the same (cooperative) launch
+  std::size_t workspace_bytes = 0;
+  std::string describe() const;   ///< one line, e.g. "two_pass parts=33 row=vec8x1/64t"
+};
+
+/// Thresholds. The defaults were measured on the H200 (see docs/NOTES.md); normkit-bench --tune
+/// can write a table for another GPU which load_planner_table() reads.
+struct PlannerTable {
+  // gamma/beta strategy choice when the fused path cannot serve the call (or is not chosen)
+  std::int64_t simple_max_rows = 8;          ///< M <= this: simple (one thread per column)
+  std::int64_t tile64_min_rows = 64;         ///< seed bands
+  std::int64_t tile128_min_rows = 128;
+  std::int64_t tile256_min_rows = 256;
+  /// two-pass once the tiled grid (N / 32 column strips) leaves SMs idle and M is large enough
+  /// to give every part this many rows
+  std::int64_t two_pass_min_rows_per_part = 64;
+  int two_pass_target_blocks_per_sm = 4;
+  /// fused backward: used by auto whenever the row fits the register-cached layout
+  bool fused_enabled = true;
+  std::int64_t fused_min_rows_per_block = 8; ///< fewer blocks for small M: less partial traffic
+  bool fused_single_launch = true;           ///< grid-wide sync + final reduce in one launch (else two launches)
+  // row kernels
+  int row_items_target = 4;                  ///< vectors per thread aimed for when sizing a group
+  int row_block_threads = 256;               ///< threads per block when several rows share a block (power of 2)
+  int row_blocks_per_sm = 8;                 ///< grid-stride cap for row kernels
+};
+
+const PlannerTable& default_planner_table();
+/// Reads a table written by `normkit-bench --tune` (key = value lines). Throws normkit::Error on a
+/// malformed file, naming the line.
+PlannerTable load_planner_table(const std::string& path);
+std::string format_planner_table(const PlannerTable& table);
+
+/// Largest register-cached items per thread (template instances exist for 1, 2, 4, 8).
+constexpr int kMaxRowItems = 8;
+/// Register budget of the row kernels: a block of T threads gets 65536 / T registers per thread, so
+/// a group caching more items per thread must be smaller. The kernels' __launch_bounds__ use this.
+constexpr int max_row_threads(int items) { return items >= 8 ? 256 : items >= 4 ? 512 : 1024; }
+/// The fused backward keeps dgamma/dbeta accumulators in registers next to the cached row: at most
+/// kMaxFusedItems vectors per thread, in blocks of kFusedBlockThreads threads, one block per SM
+/// (its __launch_bounds__(kFusedBlockThreads, 1) guarantee co-residency for the grid-wide reduce).
+constexpr int kMaxFusedItems = 2;
+constexpr int kFusedBlockThreads = 512;
+constexpr int kFusedBlocksPerSm = 1;
+/// Warp size of the target. NVIDIA: 32 (AMD wavefronts are 64; DeviceFacts::warp_size carries it).
+constexpr int kWarpSize = 32;
+
+/// The planner. `requested` = Auto chooses; anything else is honoured or throws normkit::Error
+/// (e.g. fused for a row too wide for its register layout) -- never a silent substitute.
+Plan plan(const Problem& problem, const DeviceFacts& device, Strategy requested = Strategy::Auto,
+          const PlannerTable& table = default_planner_table());
+
+/// Whether `strategy` can serve `problem` (and why not, when it cannot).
+bool strategy_supported(const Problem& problem, Strategy strategy, std::string* why_not = nullptr,
+                        const PlannerTable& table = default_planner_table());
+
+}  // namespace normkit

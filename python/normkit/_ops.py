@@ -1,0 +1,179 @@
+"""Fake (meta) kernels and autograd formulas of torch.ops.normkit.*.
+
+The CPU/CUDA kernels and the schemas are registered in C++ (python/csrc/ops.cpp). Here:
+  * register_fake: output shapes/dtypes for FakeTensor tracing (torch.compile, export, meta);
+  * register_autograd: forward ops -> their backward ops, so normkit.layer_norm / rms_norm
+    differentiate like F.layer_norm / F.rms_norm;
+  * the backward ops get an autograd formula that raises: normkit has no double backward, and
+    without it PyTorch would only warn and silently return wrong (missing) second derivatives.
+"""
+import contextlib
+import threading
+
+import torch
+
+_SUPPORTED = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+_STRATEGIES = ("auto", "simple", "tiled", "two_pass", "fused")
+
+# ---------------------------------------------------------------------------------------------
+# backward strategy used by autograd (normkit.layer_norm / rms_norm / nn modules)
+# ---------------------------------------------------------------------------------------------
+_state = threading.local()
+
+
+def get_backward_strategy() -> str:
+    """The gamma/beta strategy autograd passes to the backward ops ("auto" unless overridden)."""
+    return getattr(_state, "strategy", "auto")
+
+
+@contextlib.contextmanager
+def backward_strategy(name: str):
+    """Force the backward strategy ("auto", "simple", "tiled", "two_pass", "fused") of every
+    normkit backward that autograd runs inside the block (on this thread). A strategy that cannot
+    serve a shape raises RuntimeError; normkit never substitutes another one silently.
+
+    Eager mode: the strategy is read when backward runs. torch.compile: it is read when the
+    backward graph is traced (usually the first call), and stays baked into that compiled graph.
+    """
+    if name not in _STRATEGIES:
+        raise ValueError(f"normkit.backward_strategy: strategy {name!r} is not one of {', '.join(_STRATEGIES)}")
+    previous = get_backward_strategy()
+    _state.strategy = name
+    try:
+        yield
+    finally:
+        _state.strategy = previous
+
+
+# ---------------------------------------------------------------------------------------------
+# fake kernels
+# ---------------------------------------------------------------------------------------------
+
+def _check_common(op, x, normalized_shape, params):
+    torch._check(x.dtype in _SUPPORTED,
+                 lambda: f"normkit.{op}: argument 'x' has dtype {x.dtype}, expected float32, float16, bfloat16 or float64")
+    k = len(normalized_shape)
+    torch._check(k >= 1, lambda: f"normkit.{op}: argument 'normalized_shape' is empty, expected at least one dimension")
+    torch._check(x.dim() >= k,
+                 lambda: f"normkit.{op}: argument 'normalized_shape' {list(normalized_shape)} has {k} dimensions "
+                         f"but 'x' has only {x.dim()}")
+    for i, size in enumerate(normalized_shape):
+        torch._check(x.shape[x.dim() - k + i] == size,
+                     lambda: f"normkit.{op}: argument 'normalized_shape' is {list(normalized_shape)}, expected the "
+                             f"trailing dimensions of 'x' (shape {list(x.shape)})")
+    for name, p in params:
+        if p is None:
+            continue
+        torch._check(p.dim() == k and all(a == b for a, b in zip(p.shape, normalized_shape)),
+                     lambda: f"normkit.{op}: argument '{name}' has shape {list(p.shape)}, expected normalized_shape "
+                             f"{list(normalized_shape)}")
+        torch._check(p.dtype in (x.dtype, torch.float32),
+                     lambda: f"normkit.{op}: argument '{name}' has dtype {p.dtype}, expected {x.dtype} or float32")
+    return k
+
+
+def _stats(x, k):
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return x.new_empty((*x.shape[: x.dim() - k], *([1] * k)), dtype=dtype)
+
+
+@torch.library.register_fake("normkit::layer_norm_forward")
+def _layer_norm_forward_fake(x, normalized_shape, weight, bias, eps):
+    k = _check_common("layer_norm_forward", x, normalized_shape, (("weight", weight), ("bias", bias)))
+    return x.new_empty(x.shape), _stats(x, k), _stats(x, k)
+
+
+@torch.library.register_fake("normkit::layer_norm_backward")
+def _layer_norm_backward_fake(grad_out, x, normalized_shape, mean, rstd, weight, bias, output_mask, strategy="auto"):
+    _check_common("layer_norm_backward", x, normalized_shape, (("weight", weight), ("bias", bias)))
+    dx = x.new_empty(x.shape) if output_mask[0] else None
+    dweight = weight.new_empty(tuple(normalized_shape)) if (output_mask[1] and weight is not None) else None
+    dbias = None
+    if output_mask[2]:
+        dtype = bias.dtype if bias is not None else weight.dtype if weight is not None else x.dtype
+        dbias = x.new_empty(tuple(normalized_shape), dtype=dtype)
+    return dx, dweight, dbias
+
+
+@torch.library.register_fake("normkit::rms_norm_forward")
+def _rms_norm_forward_fake(x, normalized_shape, weight, eps):
+    k = _check_common("rms_norm_forward", x, normalized_shape, (("weight", weight),))
+    return x.new_empty(x.shape), _stats(x, k)
+
+
+@torch.library.register_fake("normkit::rms_norm_backward")
+def _rms_norm_backward_fake(grad_out, x, normalized_shape, rstd, weight, output_mask, strategy="auto"):
+    _check_common("rms_norm_backward", x, normalized_shape, (("weight", weight),))
+    dx = x.new_empty(x.shape) if output_mask[0] else None
+    dweight = weight.new_empty(tuple(normalized_shape)) if (output_mask[1] and weight is not None) else None
+    return dx, dweight
+
+
+# ---------------------------------------------------------------------------------------------
+# autograd
+# ---------------------------------------------------------------------------------------------
+
+def _layer_norm_setup_context(ctx, inputs, output):
+    x, normalized_shape, weight, bias, _eps = inputs
+    _y, mean, rstd = output
+    ctx.save_for_backward(x, weight, bias, mean, rstd)
+    ctx.normalized_shape = normalized_shape
+    ctx.mark_non_differentiable(mean, rstd)
+
+
+def _layer_norm_backward(ctx, grad_y, _grad_mean, _grad_rstd):
+    x, weight, bias, mean, rstd = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    mask = [bool(need[0]), bool(need[2]), bool(need[3])]
+    if grad_y is None or not any(mask):
+        return None, None, None, None, None
+    dx, dweight, dbias = torch.ops.normkit.layer_norm_backward(
+        grad_y, x, ctx.normalized_shape, mean, rstd, weight, bias, mask, get_backward_strategy())
+    return dx, None, dweight, dbias, None
+
+
+def _rms_norm_setup_context(ctx, inputs, output):
+    x, normalized_shape, weight, _eps = inputs
+    _y, rstd = output
+    ctx.save_for_backward(x, weight, rstd)
+    ctx.normalized_shape = normalized_shape
+    ctx.mark_non_differentiable(rstd)
+
+
+def _rms_norm_backward(ctx, grad_y, _grad_rstd):
+    x, weight, rstd = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    mask = [bool(need[0]), bool(need[2])]
+    if grad_y is None or not any(mask):
+        return None, None, None, None
+    dx, dweight = torch.ops.normkit.rms_norm_backward(
+        grad_y, x, ctx.normalized_shape, rstd, weight, mask, get_backward_strategy())
+    return dx, None, dweight, None
+
+
+torch.library.register_autograd("normkit::layer_norm_forward", _layer_norm_backward,
+                                setup_context=_layer_norm_setup_context)
+torch.library.register_autograd("normkit::rms_norm_forward", _rms_norm_backward,
+                                setup_context=_rms_norm_setup_context)
+
+_DOUBLE_BACKWARD = ("normkit: double backward is not supported: {op} has no derivative of its own. "
+                    "Differentiate a torch.nn.functional norm instead when second derivatives are needed "
+                    "(e.g. gradient penalties, Hessian-vector products).")
+
+
+def _no_setup(ctx, inputs, output):
+    pass
+
+
+def _layer_norm_double_backward(ctx, *grads):
+    raise RuntimeError(_DOUBLE_BACKWARD.format(op="normkit::layer_norm_backward"))
+
+
+def _rms_norm_double_backward(ctx, *grads):
+    raise RuntimeError(_DOUBLE_BACKWARD.format(op="normkit::rms_norm_backward"))
+
+
+torch.library.register_autograd("normkit::layer_norm_backward", _layer_norm_double_backward,
+                                setup_context=_no_setup)
+torch.library.register_autograd("normkit::rms_norm_backward", _rms_norm_double_backward,
+                                setup_context=_no_setup)

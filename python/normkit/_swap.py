@@ -1,0 +1,60 @@
+"""normkit.swap_norms: replace norm modules of a model in place, keeping their Parameters."""
+from typing import Callable, Dict, Mapping, Optional, Type
+
+import torch
+
+from . import nn as _nn
+
+
+def default_mapping() -> Dict[type, type]:
+    return {torch.nn.LayerNorm: _nn.LayerNorm, torch.nn.RMSNorm: _nn.RMSNorm}
+
+
+def _build(target, module):
+    if hasattr(target, "from_module"):
+        return target.from_module(module)
+    return target(module)
+
+
+def swap_norms(model: torch.nn.Module, mapping: Optional[Mapping[type, Callable]] = None) -> int:
+    """Replace every torch.nn.LayerNorm / torch.nn.RMSNorm inside `model` by normkit.nn.LayerNorm /
+    normkit.nn.RMSNorm, in place, and return how many modules were replaced.
+
+    The new modules hold the very same Parameter objects (optimizers, tied weights, FSDP/DDP
+    bookkeeping that refer to them stay valid), the same eps and normalized_shape, the same
+    training flag and the same state_dict keys. Matching is on the exact class, so user subclasses
+    with their own forward are left alone unless listed in `mapping`; a module shared by several
+    parents is replaced by one shared normkit module.
+
+    mapping: extra (or overriding) {source class: target} entries, e.g.
+        {LlamaRMSNorm: normkit.nn.RMSNorm}. A target with a `from_module` classmethod (both
+        normkit.nn classes) is called as target.from_module(module); any other callable as
+        target(module). normkit.nn.*.from_module reads: `weight` (Parameter or None), `bias`
+        (LayerNorm only), the epsilon from `eps` or else `variance_epsilon` (Hugging Face's name),
+        and `normalized_shape` or else the weight's shape.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"normkit.swap_norms: argument 'model' is a {type(model).__name__}, expected a torch.nn.Module")
+    table: Dict[type, Callable] = default_mapping()
+    if mapping:
+        for source, target in mapping.items():
+            if not isinstance(source, type):
+                raise TypeError(f"normkit.swap_norms: mapping key {source!r} is not a class")
+            table[source] = target
+    if type(model) in table:
+        raise ValueError(f"normkit.swap_norms: the model itself is a {type(model).__name__}; swap_norms replaces "
+                         f"submodules in place. Use normkit.nn.LayerNorm/RMSNorm.from_module(model) instead.")
+    replaced: Dict[int, torch.nn.Module] = {}
+    for parent in list(model.modules()):
+        for name, child in list(parent._modules.items()):
+            if child is None:
+                continue
+            target = table.get(type(child))
+            if target is None:
+                continue
+            new = replaced.get(id(child))
+            if new is None:
+                new = _build(target, child)
+                replaced[id(child)] = new
+            parent._modules[name] = new
+    return len(replaced)

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# normkit's one GPU check: build for sm_90, run the whole CTest suite (GPU tests included), build and
+# test the Python package, and run the benchmarks -- in ONE call on the GPU machine. Full logs go
+# under $OUT (packed into $OUT/gpu-check.tar.gz, since only a few files come back); a short
+# summary is printed last.
+#
+#   scripts/gpu-check.sh [stage ...]     stages: build ctest python bench sweep peers e2e (default: build ctest python bench)
+#
+# Environment: OUT (log folder, default ./gpu-check-out), JOBS (build parallelism, default nproc),
+# CUDA_ARCH (default 90).
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$ROOT/gpu-check-out}
+# Work in a staging folder; only the summary and one archive go to $OUT (few files come back).
+WORK=$ROOT/gpu-check-work
+rm -rf "$WORK"
+LOGS=$WORK/logs
+RESULTS=$WORK/results
+mkdir -p "$LOGS" "$RESULTS" "$OUT"
+JOBS=${JOBS:-$(nproc)}
+CUDA_ARCH=${CUDA_ARCH:-90}
+BUILD=$ROOT/build-gpu
+STAGES=("$@")
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(build ctest python bench)
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then COMMIT="$COMMIT+dirty"; fi
+SUMMARY=$WORK/summary.txt
+: > "$SUMMARY"
+say() { echo "$*" | tee -a "$SUMMARY"; }
+has_stage() { local s; for s in "${STAGES[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+run_stage() {  # name, command...: runs with its log, records pass/fail and seconds
+  local name=$1; shift
+  local start=$SECONDS
+  echo "=== $name: $*" >&2
+  if "$@" > "$LOGS/$name.log" 2>&1; then
+    say "PASS  $name ($((SECONDS - start)) s)"
+  else
+    say "FAIL  $name ($((SECONDS - start)) s): see logs/$name.log"; tail -n 40 "$LOGS/$name.log" >&2
+  fi
+}
+
+say "normkit gpu-check  commit=$COMMIT  date=$(date -u +%Y-%m-%dT%H:%MZ)  stages=${STAGES[*]}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /' | tee -a "$SUMMARY"
+
+if has_stage build; then
+  run_stage build bash -c "cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH -DNORMKIT_PTXAS_VERBOSE=ON && cmake --build '$BUILD' -j $JOBS"
+  grep -E "spill stores" "$LOGS/build.log" | grep -v " 0 bytes spill stores" | sort | uniq -c > "$LOGS/spills.txt" || true
+fi
+if has_stage ctest; then
+  run_stage ctest ctest --test-dir "$BUILD" --output-on-failure -j 4 --timeout 1500
+  grep -E "tests passed|tests failed|Skipped|\[  PASSED  \]|\[  FAILED  \]|\[  SKIPPED \]" "$LOGS/ctest.log" | head -20 | sed 's/^/  /' | tee -a "$SUMMARY"
+fi
+if has_stage python; then
+  run_stage pip python3 -m pip install --no-build-isolation --no-deps -v .
+  run_stage pytest python3 -m pytest -q -x --timeout=900 tests/python
+  tail -n 3 "$LOGS/pytest.log" | sed 's/^/  /' | tee -a "$SUMMARY"
+fi
+BENCH=$BUILD/bench/normkit-bench
+if has_stage bench; then
+  run_stage bench-seed "$BENCH" --suite seed --mode both --commit "$COMMIT" --md "$RESULTS/h200-seed.md" --json "$RESULTS/h200-seed.json"
+  run_stage bench-llm "$BENCH" --suite llm --mode graph --commit "$COMMIT" --md "$RESULTS/h200-llm.md" --json "$RESULTS/h200-llm.json"
+fi
+if has_stage sweep; then
+  for dt in f16 bf16; do
+    run_stage "sweep-$dt" "$BENCH" --sweep --quick --dtype "$dt" --commit "$COMMIT" --json "$RESULTS/h200-sweep-$dt.json" --csv "$RESULTS/h200-sweep-$dt.csv"
+  done
+  run_stage plot python3 bench/plot.py "$RESULTS"/h200-sweep-*.json --out "$RESULTS"
+fi
+if has_stage peers; then
+  run_stage peers python3 bench/peers.py --commit "$COMMIT" --out "$RESULTS/h200-peers.md"
+fi
+if has_stage e2e; then
+  run_stage e2e python3 bench/e2e.py --out "$RESULTS/h200-e2e.md"
+fi
+
+cp "$SUMMARY" "$OUT/summary.txt"
+tar -C "$WORK" -czf "$OUT/gpu-check.tar.gz" summary.txt logs results 2>/dev/null
+echo
+echo "================ gpu-check summary ================"
+cat "$SUMMARY"
+grep -q '^FAIL' "$SUMMARY" && exit 1 || exit 0

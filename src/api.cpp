@@ -1,0 +1,131 @@
+// The public C++ API: a thin layer. Each call is: views -> one internal problem -> validation ->
+// planner -> CPU reference or CUDA dispatch. No threshold or launch shape lives here.
+#include "normkit/normkit.h"
+
+#include "core/problem.h"
+#include "cpu/reference.h"
+#include "cuda/dispatch.h"
+
+namespace normkit {
+namespace {
+
+using detail::BackwardProblem;
+using detail::ForwardProblem;
+
+Plan plan_for(const ForwardProblem& p, const ExecConfig& config) {
+  // Forward has no gamma/beta strategy: a forced one is meaningless and rejected.
+  if (config.strategy != Strategy::Auto)
+    throw Error(std::string("normkit forward: argument 'strategy' must be auto for forward ops, got ") +
+                strategy_name(config.strategy));
+  return plan(detail::planner_problem(p), detail::cuda_device_facts());
+}
+
+Plan plan_for(const BackwardProblem& p, const ExecConfig& config) {
+  const DeviceFacts facts = config.device == Device::Cuda ? detail::cuda_device_facts() : DeviceFacts{};
+  return plan(detail::planner_problem(p), facts, config.strategy);
+}
+
+void run_forward(const ForwardProblem& p, const ExecConfig& config) {
+  detail::validate(p, config.device);
+  if (config.device == Device::Cpu) {
+    detail::reference_forward(p);
+    return;
+  }
+  const Plan chosen = plan_for(p, config);
+  detail::cuda_forward(p, chosen, config.stream);
+}
+
+std::size_t backward_workspace(const BackwardProblem& p, const ExecConfig& config) {
+  detail::validate(p, config.device);
+  if (config.device == Device::Cpu) return 0;
+  return plan_for(p, config).workspace_bytes;
+}
+
+void run_backward(const BackwardProblem& p, const ExecConfig& config, Workspace workspace) {
+  detail::validate(p, config.device);
+  if (config.device == Device::Cpu) {
+    // The reference path honours strategy only in that a forced strategy must still be one the
+    // planner could serve: results never depend on it.
+    if (config.strategy != Strategy::Auto) plan_for(p, config);
+    detail::reference_backward(p);
+    return;
+  }
+  const Plan chosen = plan_for(p, config);
+  if (workspace.bytes < chosen.workspace_bytes)
+    throw Error("normkit backward: argument 'workspace' has " + std::to_string(workspace.bytes) +
+                " bytes, expected at least " + std::to_string(chosen.workspace_bytes));
+  if (chosen.workspace_bytes > 0 && workspace.data == nullptr)
+    throw Error("normkit backward: argument 'workspace' is null but " +
+                std::to_string(chosen.workspace_bytes) + " bytes are needed");
+  if (reinterpret_cast<std::uintptr_t>(workspace.data) % 16 != 0)
+    throw Error("normkit backward: argument 'workspace' must be 16-byte aligned");
+  detail::cuda_backward(p, chosen, workspace.data, config.stream);
+}
+
+void run_backward_allocating(const BackwardProblem& p, const ExecConfig& config) {
+  if (config.device == Device::Cpu) {
+    run_backward(p, config, {});
+    return;
+  }
+  const std::size_t bytes = backward_workspace(p, config);
+  void* data = bytes ? detail::cuda_alloc_async(bytes, config.stream) : nullptr;
+  try {
+    run_backward(p, config, {data, bytes});
+  } catch (...) {
+    if (data) detail::cuda_free_async(data, config.stream);
+    throw;
+  }
+  if (data) detail::cuda_free_async(data, config.stream);
+}
+
+}  // namespace
+
+void layer_norm_forward(const LayerNormForwardArgs& args, const ExecConfig& config) {
+  run_forward(detail::to_problem(args), config);
+}
+void rms_norm_forward(const RmsNormForwardArgs& args, const ExecConfig& config) {
+  run_forward(detail::to_problem(args), config);
+}
+
+std::size_t layer_norm_backward_workspace_size(const LayerNormBackwardArgs& args, const ExecConfig& config) {
+  return backward_workspace(detail::to_problem(args), config);
+}
+std::size_t rms_norm_backward_workspace_size(const RmsNormBackwardArgs& args, const ExecConfig& config) {
+  return backward_workspace(detail::to_problem(args), config);
+}
+
+void layer_norm_backward(const LayerNormBackwardArgs& args, const ExecConfig& config, Workspace workspace) {
+  run_backward(detail::to_problem(args), config, workspace);
+}
+void rms_norm_backward(const RmsNormBackwardArgs& args, const ExecConfig& config, Workspace workspace) {
+  run_backward(detail::to_problem(args), config, workspace);
+}
+void layer_norm_backward(const LayerNormBackwardArgs& args, const ExecConfig& config) {
+  run_backward_allocating(detail::to_problem(args), config);
+}
+void rms_norm_backward(const RmsNormBackwardArgs& args, const ExecConfig& config) {
+  run_backward_allocating(detail::to_problem(args), config);
+}
+
+Plan plan_layer_norm_backward(const LayerNormBackwardArgs& args, const ExecConfig& config) {
+  const BackwardProblem p = detail::to_problem(args);
+  detail::validate(p, config.device);
+  return plan_for(p, config);
+}
+Plan plan_rms_norm_backward(const RmsNormBackwardArgs& args, const ExecConfig& config) {
+  const BackwardProblem p = detail::to_problem(args);
+  detail::validate(p, config.device);
+  return plan_for(p, config);
+}
+
+DeviceFacts current_device_facts() { return detail::cuda_device_facts(); }
+bool cuda_available() { return detail::cuda_device_present(); }
+bool built_with_cuda() {
+#ifdef NORMKIT_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace normkit

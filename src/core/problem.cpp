@@ -1,0 +1,314 @@
+// Public argument structs -> one internal problem; validation of every argument before any output
+// is touched; the planner's view of a validated problem.
+#include "core/problem.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "cuda/dispatch.h"
+
+namespace normkit::detail {
+
+// ---------------------------------------------------------------------------------------------
+// to_problem
+// ---------------------------------------------------------------------------------------------
+
+ForwardProblem to_problem(const LayerNormForwardArgs& a) {
+  ForwardProblem p;
+  p.rms = false;
+  p.x = a.x;
+  p.weight = a.weight;
+  p.bias = a.bias;
+  p.eps = a.eps;
+  p.y = a.y;
+  p.mean = a.mean;
+  p.rstd = a.rstd;
+  return p;
+}
+
+ForwardProblem to_problem(const RmsNormForwardArgs& a) {
+  ForwardProblem p;
+  p.rms = true;
+  p.x = a.x;
+  p.weight = a.weight;
+  p.eps = a.eps;
+  p.y = a.y;
+  p.rstd = a.rstd;
+  return p;
+}
+
+BackwardProblem to_problem(const LayerNormBackwardArgs& a) {
+  BackwardProblem p;
+  p.rms = false;
+  p.dy = a.dy;
+  p.x = a.x;
+  p.mean = a.mean;
+  p.rstd = a.rstd;
+  p.weight = a.weight;
+  p.dx = a.dx;
+  p.dweight = a.dweight;
+  p.dbias = a.dbias;
+  return p;
+}
+
+BackwardProblem to_problem(const RmsNormBackwardArgs& a) {
+  BackwardProblem p;
+  p.rms = true;
+  p.dy = a.dy;
+  p.x = a.x;
+  p.rstd = a.rstd;
+  p.weight = a.weight;
+  p.dx = a.dx;
+  p.dweight = a.dweight;
+  return p;
+}
+
+DType BackwardProblem::weight_dtype() const {
+  if (weight) return weight->dtype;
+  if (dweight) return dweight->dtype;
+  if (dbias) return dbias->dtype;
+  return x.dtype;
+}
+
+// ---------------------------------------------------------------------------------------------
+// validation
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+bool dtype_known(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64;
+}
+
+std::string dtype_label(DType t) {
+  if (dtype_known(t)) return dtype_name(t);
+  return "unknown (code " + std::to_string(static_cast<int>(t)) + ")";
+}
+
+std::string format_double(double v) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
+}
+
+/// Validates the arguments of one call. Every message reads
+/// "normkit.<op>: argument '<name>' <what is wrong, actual vs expected>".
+class Validator {
+ public:
+  Validator(Op op, Device device) : op_(op), device_(device) {}
+
+  [[noreturn]] void fail(const char* argument, const std::string& problem) const {
+    throw Error(std::string("normkit.") + op_name(op_) + ": argument '" + argument + "' " + problem);
+  }
+
+  /// Shape and dtype of the activation `x`, which define M, N and T for every other argument.
+  void check_defining_activation(const char* name, const ConstRows& x) const {
+    if (x.rows < 0) fail(name, "has rows = " + std::to_string(x.rows) + ", expected >= 0");
+    if (x.cols < 0) fail(name, "has cols = " + std::to_string(x.cols) + ", expected >= 0");
+    if (x.rows > 0 && x.cols == 0)
+      fail(name, "has N = 0 columns but M = " + std::to_string(x.rows) +
+                     " rows; a normalized row needs at least one element");
+    if (!dtype_known(x.dtype)) fail(name, "has dtype " + dtype_label(x.dtype));
+    if (device_ == Device::Cuda && x.dtype == DType::F64)
+      fail(name, "has dtype f64, which only the CPU path supports (CUDA supports f32, f16, bf16)");
+  }
+
+  /// Any activation view (x, y, dy, dx): dtype T, shape [M, N], row_stride >= N, addressable,
+  /// non-null when non-empty, and on the call's device.
+  void check_activation(const char* name, const void* data, DType dtype, std::int64_t rows,
+                        std::int64_t cols, std::int64_t row_stride, DType t, std::int64_t m,
+                        std::int64_t n) const {
+    if (!dtype_known(dtype)) fail(name, "has dtype " + dtype_label(dtype));
+    if (dtype != t)
+      fail(name, "has dtype " + dtype_label(dtype) + ", expected " + dtype_name(t) + " (the dtype of 'x')");
+    if (rows != m) fail(name, "has " + std::to_string(rows) + " rows, expected M = " + std::to_string(m));
+    if (cols != n) fail(name, "has " + std::to_string(cols) + " cols, expected N = " + std::to_string(n));
+    // -1 is the documented "packed" marker; any other negative stride is a caller bug.
+    if (row_stride < -1)
+      fail(name, "has row_stride = " + std::to_string(row_stride) + ", expected -1 (packed) or >= N = " +
+                     std::to_string(n));
+    const std::int64_t stride = row_stride < 0 ? cols : row_stride;
+    if (stride < n)
+      fail(name, "has row_stride = " + std::to_string(stride) + " < N = " + std::to_string(n) +
+                     " (rows would overlap)");
+    std::int64_t elements = 0, bytes = 0;
+    if (__builtin_mul_overflow(m, stride, &elements) ||
+        __builtin_mul_overflow(elements, static_cast<std::int64_t>(dtype_size(dtype)), &bytes))
+      fail(name, "spans M * row_stride = " + std::to_string(m) + " * " + std::to_string(stride) +
+                     " elements of " + std::to_string(dtype_size(dtype)) + " bytes, which overflows int64");
+    check_pointer(name, data, m > 0 && n > 0);
+  }
+
+  void check_activation(const char* name, const ConstRows& v, DType t, std::int64_t m, std::int64_t n) const {
+    check_activation(name, v.data, v.dtype, v.rows, v.cols, v.row_stride, t, m, n);
+  }
+  void check_activation(const char* name, const Rows& v, DType t, std::int64_t m, std::int64_t n) const {
+    check_activation(name, v.data, v.dtype, v.rows, v.cols, v.row_stride, t, m, n);
+  }
+
+  /// A contiguous vector of `expected_size` elements; `size_label` says what that size is ("N", "M").
+  void check_vector(const char* name, const ConstVec& v, std::int64_t expected_size, const char* size_label) const {
+    if (!dtype_known(v.dtype)) fail(name, "has dtype " + dtype_label(v.dtype));
+    if (v.size != expected_size)
+      fail(name, "has " + std::to_string(v.size) + " elements, expected " + size_label + " = " +
+                     std::to_string(expected_size));
+    // expected_size is M or N, each already bounded by the activation checks only when the other
+    // is non-zero; an N-element weight of an M = 0 call still has to be addressable.
+    std::int64_t bytes = 0;
+    if (__builtin_mul_overflow(v.size, static_cast<std::int64_t>(dtype_size(v.dtype)), &bytes))
+      fail(name, "has " + std::to_string(v.size) + " elements, whose byte size overflows int64");
+    check_pointer(name, v.data, v.size > 0);
+  }
+
+  /// weight/bias/dweight/dbias: the first present one fixes W, which must be T or f32; the others
+  /// must match it.
+  void check_weight_dtype(const char* name, DType dtype, DType t) {
+    if (!weight_dtype_owner_) {
+      if (dtype != t && dtype != DType::F32) {
+        const std::string allowed = t == DType::F32 ? std::string("f32 (the activation dtype)")
+                                                    : std::string("the activation dtype ") + dtype_name(t) + " or f32";
+        fail(name, "has dtype " + dtype_label(dtype) + ", expected " + allowed);
+      }
+      weight_dtype_owner_ = name;
+      weight_dtype_ = dtype;
+      return;
+    }
+    if (dtype != weight_dtype_)
+      fail(name, "has dtype " + dtype_label(dtype) + ", expected " + dtype_name(weight_dtype_) +
+                     " (the dtype of '" + weight_dtype_owner_ + "')");
+  }
+
+  /// mean/rstd: f32 per row, f64 when the activations are f64.
+  void check_stats_dtype(const char* name, DType dtype, DType t) const {
+    const DType expected = t == DType::F64 ? DType::F64 : DType::F32;
+    if (dtype != expected)
+      fail(name, "has dtype " + dtype_label(dtype) + ", expected " + dtype_name(expected) + " for " +
+                     dtype_name(t) + " activations");
+  }
+
+ private:
+  void check_pointer(const char* name, const void* data, bool has_elements) const {
+    if (data == nullptr) {
+      // Empty tensors carry no storage (PyTorch gives them null data); anything else must have it.
+      if (has_elements) fail(name, "has null data but is not empty");
+      return;
+    }
+    const PointerKind kind = classify_pointer(data);
+    if (device_ == Device::Cpu && kind == PointerKind::Device)
+      fail(name, "is a CUDA device pointer but the call runs on the CPU");
+    if (device_ == Device::Cuda && kind == PointerKind::Host)
+      fail(name, "is a pageable host pointer but the call runs on CUDA (use device, managed or registered memory)");
+  }
+
+  Op op_;
+  Device device_;
+  const char* weight_dtype_owner_ = nullptr;
+  DType weight_dtype_ = DType::F32;
+};
+
+bool aligned16(const void* data) { return reinterpret_cast<std::uintptr_t>(data) % 16 == 0; }
+
+/// Whether every row of the view starts on a 16-byte boundary and a row is a whole number of
+/// 16-byte vectors (the condition for vectorised row access).
+bool rows_aligned(const void* data, DType dtype, std::int64_t stride, std::int64_t cols) {
+  const std::int64_t elem = static_cast<std::int64_t>(dtype_size(dtype));
+  return aligned16(data) && (stride * elem) % 16 == 0 && (cols * elem) % 16 == 0;
+}
+
+}  // namespace
+
+void validate(const ForwardProblem& p, Device device) {
+  Validator v(p.rms ? Op::RmsNormForward : Op::LayerNormForward, device);
+  v.check_defining_activation("x", p.x);
+  const DType t = p.x.dtype;
+  const std::int64_t m = p.rows(), n = p.cols();
+  v.check_activation("x", p.x, t, m, n);
+  if (p.weight) {
+    v.check_weight_dtype("weight", p.weight->dtype, t);
+    v.check_vector("weight", *p.weight, n, "N");
+  }
+  if (p.bias) {
+    if (p.rms) v.fail("bias", "is given, but RMSNorm has no bias");
+    v.check_weight_dtype("bias", p.bias->dtype, t);
+    v.check_vector("bias", *p.bias, n, "N");
+  }
+  if (!std::isfinite(p.eps) || p.eps < 0)
+    v.fail("eps", "is " + format_double(p.eps) + ", expected a finite value >= 0");
+  v.check_activation("y", p.y, t, m, n);
+  if (p.mean) {
+    if (p.rms) v.fail("mean", "is given, but RMSNorm has no mean");
+    v.check_stats_dtype("mean", p.mean->dtype, t);
+    v.check_vector("mean", *p.mean, m, "M");
+  } else if (!p.rms) {
+    v.fail("mean", "is missing; LayerNorm forward writes it");
+  }
+  v.check_stats_dtype("rstd", p.rstd.dtype, t);
+  v.check_vector("rstd", p.rstd, m, "M");
+}
+
+void validate(const BackwardProblem& p, Device device) {
+  Validator v(p.rms ? Op::RmsNormBackward : Op::LayerNormBackward, device);
+  v.check_defining_activation("x", p.x);
+  const DType t = p.x.dtype;
+  const std::int64_t m = p.rows(), n = p.cols();
+  v.check_activation("dy", p.dy, t, m, n);
+  v.check_activation("x", p.x, t, m, n);
+  if (p.mean) {
+    if (p.rms) v.fail("mean", "is given, but RMSNorm has no mean");
+    v.check_stats_dtype("mean", p.mean->dtype, t);
+    v.check_vector("mean", *p.mean, m, "M");
+  } else if (!p.rms) {
+    v.fail("mean", "is missing; LayerNorm backward needs the forward's mean");
+  }
+  v.check_stats_dtype("rstd", p.rstd.dtype, t);
+  v.check_vector("rstd", p.rstd, m, "M");
+  if (p.weight) {
+    v.check_weight_dtype("weight", p.weight->dtype, t);
+    v.check_vector("weight", *p.weight, n, "N");
+  }
+  if (p.dx) v.check_activation("dx", *p.dx, t, m, n);
+  if (p.dweight) {
+    v.check_weight_dtype("dweight", p.dweight->dtype, t);
+    v.check_vector("dweight", *p.dweight, n, "N");
+  }
+  if (p.dbias) {
+    if (p.rms) v.fail("dbias", "is requested, but RMSNorm has no bias");
+    v.check_weight_dtype("dbias", p.dbias->dtype, t);
+    v.check_vector("dbias", *p.dbias, n, "N");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// planner view
+// ---------------------------------------------------------------------------------------------
+
+Problem planner_problem(const ForwardProblem& p) {
+  Problem q;
+  q.op = p.rms ? Op::RmsNormForward : Op::LayerNormForward;
+  q.rows = p.rows();
+  q.cols = p.cols();
+  q.dtype = p.x.dtype;
+  q.weight_dtype = p.weight ? p.weight->dtype : p.bias ? p.bias->dtype : p.x.dtype;
+  q.mask = {};
+  q.rows_vector_aligned = rows_aligned(p.x.data, p.x.dtype, p.x.stride(), p.cols()) &&
+                          rows_aligned(p.y.data, p.y.dtype, p.y.stride(), p.cols());
+  return q;
+}
+
+Problem planner_problem(const BackwardProblem& p) {
+  Problem q;
+  q.op = p.rms ? Op::RmsNormBackward : Op::LayerNormBackward;
+  q.rows = p.rows();
+  q.cols = p.cols();
+  q.dtype = p.x.dtype;
+  q.weight_dtype = p.weight_dtype();
+  q.mask = p.mask();
+  q.rows_vector_aligned = rows_aligned(p.dy.data, p.dy.dtype, p.dy.stride(), p.cols()) &&
+                          rows_aligned(p.x.data, p.x.dtype, p.x.stride(), p.cols()) &&
+                          (!p.dx || rows_aligned(p.dx->data, p.dx->dtype, p.dx->stride(), p.cols()));
+  return q;
+}
+
+}  // namespace normkit::detail

@@ -1,0 +1,120 @@
+// dX of LayerNorm / RMSNorm backward, one row group per row: x and dy cached in registers and read
+// once (ITEMS > 0), or streamed twice for rows too long to cache (ITEMS == 0). Used by the
+// unfused strategies (simple, tiled, two-pass) next to their gamma/beta kernels.
+#include "cuda/backward_row.cuh"
+#include "cuda/kernels.h"
+
+namespace normkit::cuda {
+namespace {
+
+template <typename T, typename W, bool kRms, int ITEMS, int VEC>
+__global__ void __launch_bounds__(ITEMS == 0 ? 1024 : max_row_threads(ITEMS)) backward_dx_kernel(const BackwardParams<T, W> p) {
+  __shared__ float scratch[2 * 1024 / kWarpSize];
+  const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
+  const std::int64_t row_step = std::int64_t(gridDim.x) * p.rows_per_block;
+
+  if constexpr (ITEMS > 0) {
+    // A lane owns the same columns in every row: small fragments keep their weights in registers
+    // for the whole walk; large ones re-read them (L1 hits) to stay within the register budget.
+    constexpr bool kKeepWeights = ITEMS * VEC <= 16;
+    float w[ITEMS][VEC];
+    if constexpr (kKeepWeights) load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
+    for (std::int64_t base = std::int64_t(blockIdx.x) * p.rows_per_block; base < p.rows; base += row_step) {
+      const std::int64_t r = base + g.index;
+      const bool active = r < p.rows;
+      const std::int64_t rr = active ? r : 0;
+      if constexpr (!kKeepWeights) load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
+      RowFragment<ITEMS, VEC> xv, dyv;
+      xv.load(p.x.row(rr), g, p.cols, active);
+      dyv.load(p.dy.row(rr), g, p.cols, active);
+      float mean = 0.f, rstd = 0.f;
+      if (active) row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
+      float sum_g, sum_g_xhat;
+      row_xhat_and_sums(xv, dyv, w, mean, rstd, g, p.cols, sum_g, sum_g_xhat);
+      row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
+      row_dx<kRms>(dyv, xv, w, rstd, sum_g, sum_g_xhat, p.cols);
+      dyv.store(p.dx.row(rr), g, p.cols, active);
+    }
+  } else {
+    for (std::int64_t base = std::int64_t(blockIdx.x) * p.rows_per_block; base < p.rows; base += row_step) {
+      const std::int64_t r = base + g.index;
+      const bool active = r < p.rows;
+      float mean = 0.f, rstd = 0.f, sum_g = 0.f, sum_g_xhat = 0.f;
+      if (active) {
+        row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
+        const T* x_row = p.x.row(r);
+        const T* dy_row = p.dy.row(r);
+        for_each_vector<VEC>(g, p.cols, [&](int col) {
+          float xv[VEC], dyv[VEC];
+          load_vec<T, VEC>(x_row + col, xv);
+          load_vec<T, VEC>(dy_row + col, dyv);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            const float gv = dyv[i] * (p.weight != nullptr ? to_float(p.weight[col + i]) : 1.f);
+            sum_g += gv;
+            sum_g_xhat += gv * (xv[i] - mean) * rstd;
+          }
+        });
+      }
+      row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
+      if (active) {
+        const float inv_n = 1.f / float(p.cols);
+        const float mean_g = kRms ? 0.f : sum_g * inv_n, mean_g_xhat = sum_g_xhat * inv_n;
+        const T* x_row = p.x.row(r);
+        const T* dy_row = p.dy.row(r);
+        T* dx_row = p.dx.row(r);
+        for_each_vector<VEC>(g, p.cols, [&](int col) {
+          float xv[VEC], dyv[VEC];
+          load_vec<T, VEC>(x_row + col, xv);
+          load_vec<T, VEC>(dy_row + col, dyv);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            const float gv = dyv[i] * (p.weight != nullptr ? to_float(p.weight[col + i]) : 1.f);
+            dyv[i] = rstd * (gv - mean_g - (xv[i] - mean) * rstd * mean_g_xhat);
+          }
+          store_vec<T, VEC>(dx_row + col, dyv);
+        });
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T, typename W>
+BackwardParams<T, W> make_backward_params(const BackwardProblem& p, const Plan& plan) {
+  return {{static_cast<const T*>(p.dy.data), p.dy.stride()},
+          {static_cast<const T*>(p.x.data), p.x.stride()},
+          {p.dx ? static_cast<T*>(p.dx->data) : nullptr, p.dx ? p.dx->stride() : 0},
+          p.mean ? static_cast<const float*>(p.mean->data) : nullptr,
+          static_cast<const float*>(p.rstd.data),
+          p.weight ? static_cast<const W*>(p.weight->data) : nullptr,
+          p.dweight ? static_cast<W*>(p.dweight->data) : nullptr,
+          p.dbias ? static_cast<W*>(p.dbias->data) : nullptr,
+          p.rows(),
+          int(p.cols()),
+          plan.row.threads_per_row,
+          plan.row.rows_per_block};
+}
+
+template <typename T, typename W>
+void launch_backward_dx(const BackwardProblem& p, const Plan& plan, cudaStream_t stream) {
+  if (p.rows() == 0 || !p.dx) return;
+  const BackwardParams<T, W> params = make_backward_params<T, W>(p, plan);
+  const dim3 grid(unsigned(plan.row.blocks)), block(unsigned(plan.row.block_threads()));
+  dispatch_row_shape<T, kMaxRowItems>(plan.row, [&](auto items, auto vec) {
+    if (p.rms)
+      backward_dx_kernel<T, W, true, items(), vec()><<<grid, block, 0, stream>>>(params);
+    else
+      backward_dx_kernel<T, W, false, items(), vec()><<<grid, block, 0, stream>>>(params);
+  });
+  check_launch("backward_dx_kernel");
+}
+
+#define NORMKIT_INSTANTIATE(T, W)                                                                        \
+  template BackwardParams<T, W> make_backward_params<T, W>(const BackwardProblem&, const Plan&);         \
+  template void launch_backward_dx<T, W>(const BackwardProblem&, const Plan&, cudaStream_t);
+NORMKIT_FOR_EACH_TYPE_PAIR(NORMKIT_INSTANTIATE)
+#undef NORMKIT_INSTANTIATE
+
+}  // namespace normkit::cuda

@@ -1,0 +1,76 @@
+// The per-row math of the backward, shared by the dX kernel and the fused backward:
+//   xhat = (x - mean) * rstd (RMSNorm: x * rstd),  g = dy * w,
+//   dx = rstd * (g - mean_row(g) - xhat * mean_row(g * xhat))   (RMSNorm: no mean_row(g) term).
+#pragma once
+
+#include "cuda/kernels.h"
+#include "cuda/row_layout.cuh"
+
+namespace normkit::cuda {
+
+template <typename T, typename W>
+struct BackwardParams {
+  RowPtr<const T> dy;
+  RowPtr<const T> x;
+  RowPtr<T> dx;           // data nullptr when dx is not requested
+  const float* mean;      // nullptr for RMSNorm
+  const float* rstd;
+  const W* weight;        // nullptr = 1
+  W* dweight;             // nullptr when not requested
+  W* dbias;               // nullptr when not requested (always for RMSNorm)
+  std::int64_t rows;
+  int cols;
+  int threads_per_row;
+  int rows_per_block;
+};
+
+/// Kernel parameters from a validated problem (backward_dx.cu).
+template <typename T, typename W>
+BackwardParams<T, W> make_backward_params(const BackwardProblem& p, const Plan& plan);
+
+/// Step 1 for one row in registers: turns `x` into xhat in place (padding slots stay 0) and returns
+/// this lane's partial sums of g and g * xhat (g = dy * w).
+template <int ITEMS, int VEC>
+__device__ __forceinline__ void row_xhat_and_sums(RowFragment<ITEMS, VEC>& x_to_xhat, const RowFragment<ITEMS, VEC>& dy,
+                                                  const float (&w)[ITEMS][VEC], float mean, float rstd,
+                                                  const RowGroup& g, int n, float& sum_g, float& sum_g_xhat) {
+  sum_g = 0.f;
+  sum_g_xhat = 0.f;
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const bool valid = g.column<VEC>(k) < n;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      const float xhat = valid ? (x_to_xhat.v[k][i] - mean) * rstd : 0.f;
+      x_to_xhat.v[k][i] = xhat;
+      const float gv = dy.v[k][i] * w[k][i];
+      sum_g += gv;
+      sum_g_xhat += gv * xhat;
+    }
+  }
+}
+
+/// Step 2: with the row sums reduced over the group, turns dy into dx in place.
+template <bool kRms, int ITEMS, int VEC>
+__device__ __forceinline__ void row_dx(RowFragment<ITEMS, VEC>& dy_to_dx, const RowFragment<ITEMS, VEC>& xhat,
+                                       const float (&w)[ITEMS][VEC], float rstd, float sum_g, float sum_g_xhat, int n) {
+  const float inv_n = 1.f / float(n);
+  const float mean_g = kRms ? 0.f : sum_g * inv_n;
+  const float mean_g_xhat = sum_g_xhat * inv_n;
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k)
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      const float gv = dy_to_dx.v[k][i] * w[k][i];
+      dy_to_dx.v[k][i] = rstd * (gv - mean_g - xhat.v[k][i] * mean_g_xhat);
+    }
+}
+
+/// Row statistics as the backward needs them.
+template <bool kRms>
+__device__ __forceinline__ void row_stats(const float* mean, const float* rstd, std::int64_t r, float& m, float& s) {
+  m = kRms ? 0.f : mean[r];
+  s = rstd[r];
+}
+
+}  // namespace normkit::cuda

@@ -1,0 +1,99 @@
+// Column-strip building blocks of the gamma/beta strategies: a thread owns one column and sums
+// dy * xhat (dgamma) and dy (dbeta) over a range of rows; the thread rows of a block are then
+// combined in shared memory in a fixed order (bitwise repeatable: no atomics anywhere).
+#pragma once
+
+#include "cuda/backward_row.cuh"
+
+namespace normkit::cuda {
+
+/// Sums over rows [row_begin, row_end): thread row `ty` of `block_y` takes rows ty, ty + block_y,
+/// ... with RPT of them unrolled per step so that several loads are in flight.
+template <typename T, typename W, bool kRms, int RPT>
+__device__ __forceinline__ void accumulate_column(const BackwardParams<T, W>& p, int col, std::int64_t row_begin,
+                                                  std::int64_t row_end, int ty, int block_y, float& dgamma,
+                                                  float& dbeta) {
+  if (col >= p.cols) return;
+  for (std::int64_t r0 = row_begin + ty; r0 < row_end; r0 += std::int64_t(block_y) * RPT) {
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      const std::int64_t r = r0 + std::int64_t(j) * block_y;
+      if (r < row_end) {
+        const float dy = to_float(p.dy.row(r)[col]);
+        const float x = to_float(p.x.row(r)[col]);
+        float mean, rstd;
+        row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
+        dgamma += dy * (x - mean) * rstd;
+        dbeta += dy;
+      }
+    }
+  }
+}
+
+/// Sums `v` over threadIdx.y for each threadIdx.x (blockDim.x <= 32). Result valid in ty == 0.
+/// `smem` holds blockDim.x * blockDim.y floats. Every thread of the block must call it.
+__device__ __forceinline__ float sum_over_thread_rows(float v, float* smem) {
+  const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
+  __syncthreads();  // smem may still be read by a previous call
+  smem[ty * bx + tx] = v;
+  __syncthreads();
+  float total = 0.f;
+  if (ty == 0)
+    for (int y = 0; y < by; ++y) total += smem[y * bx + tx];  // fixed order
+  return total;
+}
+
+/// The partial reduce shared by two-pass (pass 2) and the fused backward's final step: partials
+/// hold `arrays` fp32 arrays of [partial_rows, cols]; out[a] receives the column sums of array a.
+/// Blocks take 32-column strips strip_begin, strip_begin + strip_step, ...; within a block, thread
+/// (tx, ty) of a 32 x block_y layout sums partial rows ty, ty + block_y, ... of column strip*32+tx.
+template <typename W>
+__device__ __forceinline__ void reduce_partials(const float* partials, std::int64_t partial_rows, int cols,
+                                                int arrays, W* const (&out)[2], std::int64_t strip_begin,
+                                                std::int64_t strip_step, int tx, int ty, int block_y,
+                                                float* smem /* 32 * block_y */) {
+  const std::int64_t strips = (cols + kWarpSize - 1) / kWarpSize;
+  for (std::int64_t strip = strip_begin; strip < strips; strip += strip_step) {
+    const std::int64_t col = strip * kWarpSize + tx;
+    for (int a = 0; a < arrays; ++a) {
+      const float* base = partials + std::int64_t(a) * partial_rows * cols;
+      float sum = 0.f;
+      if (col < cols) {
+#pragma unroll 4
+        for (std::int64_t r = ty; r < partial_rows; r += block_y) sum += base[r * cols + col];
+      }
+      __syncthreads();
+      smem[ty * kWarpSize + tx] = sum;
+      __syncthreads();
+      if (ty == 0 && col < cols) {
+        float total = 0.f;
+        for (int y = 0; y < block_y; ++y) total += smem[y * kWarpSize + tx];
+        out[a][col] = from_float<W>(total);
+      }
+    }
+  }
+}
+
+/// The outputs in partial-array order: dweight first (when requested), then dbias.
+template <typename T, typename W>
+__device__ __forceinline__ int gamma_beta_outputs(const BackwardParams<T, W>& p, W* (&out)[2]) {
+  int n = 0;
+  out[0] = out[1] = nullptr;
+  if (p.dweight != nullptr) out[n++] = p.dweight;
+  if (p.dbias != nullptr) out[n++] = p.dbias;
+  return n;
+}
+
+/// Pass 2 of two-pass, and the fused backward's final step when it runs as a second launch.
+/// Block: 32 x reduce_block_y threads; grid: any number of blocks (they stride over the strips).
+template <typename T, typename W>
+__global__ void __launch_bounds__(1024) reduce_partials_kernel(const BackwardParams<T, W> p, const float* partials,
+                                                               std::int64_t partial_rows) {
+  extern __shared__ float smem[];
+  W* out[2];
+  const int arrays = gamma_beta_outputs(p, out);
+  reduce_partials<W>(partials, partial_rows, p.cols, arrays, out, blockIdx.x, gridDim.x, int(threadIdx.x),
+                     int(threadIdx.y), int(blockDim.y), smem);
+}
+
+}  // namespace normkit::cuda

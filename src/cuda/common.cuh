@@ -1,0 +1,99 @@
+// Device-side building blocks shared by every normkit kernel: element conversions, 16-byte vector
+// access, warp and row-group reductions, and CUDA error checks.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "normkit/plan.h"
+#include "normkit/types.h"
+
+namespace normkit::cuda {
+
+// ---- errors ----
+inline void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    throw CudaError(std::string("normkit: ") + what + ": " + cudaGetErrorName(status) + " (" +
+                    cudaGetErrorString(status) + ")");
+}
+/// After every launch: configuration errors surface here, not at the next unrelated call.
+inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+
+// ---- element conversions (all math is fp32) ----
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// ---- vector access: VEC elements of T, 16 bytes when VEC = 16 / sizeof(T) ----
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Pack {
+  T v[VEC];
+};
+
+/// Loads VEC elements starting at `p` as floats. Requires p aligned to sizeof(T) * VEC.
+template <typename T, int VEC>
+__device__ __forceinline__ void load_vec(const T* p, float (&out)[VEC]) {
+  const Pack<T, VEC> pack = *reinterpret_cast<const Pack<T, VEC>*>(p);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) out[i] = to_float(pack.v[i]);
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void store_vec(T* p, const float (&in)[VEC]) {
+  Pack<T, VEC> pack;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) pack.v[i] = from_float<T>(in[i]);
+  *reinterpret_cast<Pack<T, VEC>*>(p) = pack;
+}
+
+// ---- reductions ----
+/// Sum over the `width` lanes of an aligned lane group (width a power of two, <= warp size); every
+/// lane of the warp must call it. The xor butterfly gives every lane the same, order-fixed result.
+__device__ __forceinline__ float group_sum_in_warp(float v, int width) {
+  for (int offset = width / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+/// Sums (a, b) over a row group of `group_threads` threads (a power of two). Groups up to a warp
+/// reduce with shuffles; larger groups combine their warps through `scratch` (2 * warps-per-block
+/// floats). Every thread of the block must call it (it may synchronise the block).
+__device__ __forceinline__ void row_group_sum2(float& a, float& b, int group_threads, float* scratch) {
+  const int width = group_threads < kWarpSize ? group_threads : kWarpSize;
+  a = group_sum_in_warp(a, width);
+  b = group_sum_in_warp(b, width);
+  if (group_threads <= kWarpSize) return;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int warps_per_group = group_threads / kWarpSize;
+  const int first_warp = (warp / warps_per_group) * warps_per_group;
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) {
+    scratch[2 * warp] = a;
+    scratch[2 * warp + 1] = b;
+  }
+  __syncthreads();
+  a = 0.f;
+  b = 0.f;
+  for (int w = 0; w < warps_per_group; ++w) {  // fixed order: same bits every run
+    a += scratch[2 * (first_warp + w)];
+    b += scratch[2 * (first_warp + w) + 1];
+  }
+}
+
+/// Device-side views of the row tensors (64-bit strides: M * N may exceed 2^31).
+template <typename T>
+struct RowPtr {
+  T* data;
+  std::int64_t stride;
+  __device__ __forceinline__ T* row(std::int64_t r) const { return data + r * stride; }
+};
+
+}  // namespace normkit::cuda

@@ -1,0 +1,128 @@
+// The CUDA layer's host entry points: device facts, pointer classification, and the (T, W) type
+// switch that hands a validated problem and its plan to the strategy launchers.
+#include <mutex>
+#include <vector>
+
+#include "cuda/common.cuh"
+#include "cuda/dispatch.h"
+#include "cuda/kernels.h"
+
+namespace normkit::detail {
+
+using cuda::check;
+
+DeviceFacts cuda_device_facts() {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  static std::mutex mutex;
+  static std::vector<std::optional<DeviceFacts>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (device >= int(cache.size())) cache.resize(std::size_t(device) + 1);
+  if (!cache[std::size_t(device)]) {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    DeviceFacts facts;
+    facts.sm_count = prop.multiProcessorCount;
+    facts.l2_bytes = prop.l2CacheSize;
+    facts.smem_per_block = std::int64_t(prop.sharedMemPerBlock);
+    facts.warp_size = prop.warpSize;
+    facts.max_threads_per_block = prop.maxThreadsPerBlock;
+    if (facts.warp_size != kWarpSize)
+      throw CudaError("normkit: device warp size " + std::to_string(facts.warp_size) + " but kernels are built for " +
+                      std::to_string(kWarpSize));
+    cache[std::size_t(device)] = facts;
+  }
+  return *cache[std::size_t(device)];
+}
+
+bool cuda_device_present() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky "no device" error
+    return false;
+  }
+  return count > 0;
+}
+
+PointerKind classify_pointer(const void* ptr) {
+  if (ptr == nullptr || !cuda_device_present()) return PointerKind::Unknown;
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return PointerKind::Unknown;
+  }
+  switch (attributes.type) {
+    case cudaMemoryTypeDevice: return PointerKind::Device;
+    case cudaMemoryTypeUnregistered: return PointerKind::Host;
+    default: return PointerKind::Unknown;  // pinned host and managed memory are reachable from both
+  }
+}
+
+namespace {
+
+/// Calls f(T{}, W{}) for the problem's activation and weight dtypes.
+template <typename F>
+void dispatch_types(DType activation, DType weight, F&& f) {
+  switch (activation) {
+    case DType::F32: f(float{}, float{}); return;
+    case DType::F16:
+      if (weight == DType::F32) f(__half{}, float{}); else f(__half{}, __half{});
+      return;
+    case DType::BF16:
+      if (weight == DType::F32) f(__nv_bfloat16{}, float{}); else f(__nv_bfloat16{}, __nv_bfloat16{});
+      return;
+    case DType::F64: break;
+  }
+  throw CudaError(std::string("normkit: internal error: no CUDA kernels for dtype ") + dtype_name(activation));
+}
+
+DType forward_weight_dtype(const ForwardProblem& p) {
+  if (p.weight) return p.weight->dtype;
+  if (p.bias) return p.bias->dtype;
+  return p.x.dtype;
+}
+
+}  // namespace
+
+void cuda_forward(const ForwardProblem& p, const Plan& plan, CUstream_st* stream) {
+  dispatch_types(p.x.dtype, forward_weight_dtype(p), [&](auto t, auto w) {
+    cuda::launch_forward<decltype(t), decltype(w)>(p, plan, stream);
+  });
+}
+
+void cuda_backward(const BackwardProblem& p, const Plan& plan, void* workspace, CUstream_st* stream) {
+  if (p.rows() == 0) {
+    // No rows: the weight gradients are sums over nothing.
+    if (p.dweight) check(cudaMemsetAsync(p.dweight->data, 0, std::size_t(p.cols()) * dtype_size(p.dweight->dtype), stream), "cudaMemsetAsync(dweight)");
+    if (p.dbias) check(cudaMemsetAsync(p.dbias->data, 0, std::size_t(p.cols()) * dtype_size(p.dbias->dtype), stream), "cudaMemsetAsync(dbias)");
+    return;
+  }
+  float* partials = static_cast<float*>(workspace);
+  dispatch_types(p.x.dtype, p.weight_dtype(), [&](auto t, auto w) {
+    using T = decltype(t);
+    using W = decltype(w);
+    if (plan.strategy == Strategy::Fused) {
+      if (plan.mask.any_gamma_beta()) cuda::launch_fused_backward<T, W>(p, plan, partials, stream);
+      else cuda::launch_backward_dx<T, W>(p, plan, stream);  // no partials to keep: plain dX
+      return;
+    }
+    cuda::launch_backward_dx<T, W>(p, plan, stream);
+    if (!plan.mask.any_gamma_beta()) return;
+    switch (plan.strategy) {
+      case Strategy::Simple: cuda::launch_gamma_beta_simple<T, W>(p, plan, stream); break;
+      case Strategy::Tiled: cuda::launch_gamma_beta_tiled<T, W>(p, plan, stream); break;
+      case Strategy::TwoPass: cuda::launch_gamma_beta_two_pass<T, W>(p, plan, partials, stream); break;
+      default: throw CudaError("normkit: internal error: unplanned strategy");
+    }
+  });
+}
+
+void* cuda_alloc_async(std::size_t bytes, CUstream_st* stream) {
+  void* ptr = nullptr;
+  check(cudaMallocAsync(&ptr, bytes, stream), "cudaMallocAsync(workspace)");
+  return ptr;
+}
+
+void cuda_free_async(void* ptr, CUstream_st* stream) { check(cudaFreeAsync(ptr, stream), "cudaFreeAsync(workspace)"); }
+
+}  // namespace normkit::detail

@@ -1,0 +1,131 @@
+// Strategy "fused": the whole backward in one pass over x and dy (3 passes over M x N in all:
+// read x, read dy, write dx -- the unfused strategies read x and dy twice).
+//
+// A persistent grid (planner: one block per SM, fewer for small M) walks the rows; each row group
+// computes dx exactly like backward_dx.cu, and because a lane owns the same columns in every row it
+// accumulates dgamma = sum dy * xhat and dbeta = sum dy for its columns in fp32 registers. At the end
+// each block sums its row groups in shared memory (fixed order) into one row of fp32 partials
+// [blocks, N]; then either a grid-wide sync and the partial reduce in the same cooperative launch
+// (plan.single_launch: one kernel for the whole backward), or the same reduce as a second launch.
+// No float atomics anywhere: the same inputs give the same bits.
+#include <cooperative_groups.h>
+
+#include "cuda/column_reduce.cuh"
+
+namespace normkit::cuda {
+namespace {
+
+template <typename T, typename W, bool kRms, int ITEMS, int VEC>
+__global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
+    fused_backward_kernel(const BackwardParams<T, W> p, float* partials, bool reduce_in_kernel) {
+  __shared__ float scratch[2 * kFusedBlockThreads / kWarpSize];
+  __shared__ float stage[kFusedBlockThreads * VEC];
+  const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
+  const std::int64_t row_step = std::int64_t(gridDim.x) * p.rows_per_block;
+  const bool want_dx = p.dx.data != nullptr;
+
+  float w[ITEMS][VEC];
+  load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
+  float acc_dgamma[ITEMS][VEC], acc_dbeta[ITEMS][VEC];
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k)
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) acc_dgamma[k][i] = acc_dbeta[k][i] = 0.f;
+
+  for (std::int64_t base = std::int64_t(blockIdx.x) * p.rows_per_block; base < p.rows; base += row_step) {
+    const std::int64_t r = base + g.index;
+    const bool active = r < p.rows;
+    const std::int64_t rr = active ? r : 0;
+    RowFragment<ITEMS, VEC> xv, dyv;
+    xv.load(p.x.row(rr), g, p.cols, active);
+    dyv.load(p.dy.row(rr), g, p.cols, active);
+    float mean = 0.f, rstd = 0.f;
+    if (active) row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
+    float sum_g, sum_g_xhat;
+    row_xhat_and_sums(xv, dyv, w, mean, rstd, g, p.cols, sum_g, sum_g_xhat);
+    // inactive groups loaded zeros: they add nothing
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        acc_dgamma[k][i] += dyv.v[k][i] * xv.v[k][i];
+        acc_dbeta[k][i] += dyv.v[k][i];
+      }
+    if (want_dx) {
+      row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
+      row_dx<kRms>(dyv, xv, w, rstd, sum_g, sum_g_xhat, p.cols);
+      dyv.store(p.dx.row(rr), g, p.cols, active);
+    }
+  }
+
+  // Block partials: sum the row groups of this block, slot by slot, through shared memory.
+  W* out[2];
+  const int arrays = gamma_beta_outputs(p, out);
+  const std::int64_t partial_rows = gridDim.x;
+  for (int a = 0; a < arrays; ++a) {
+    const bool is_dgamma = out[a] == p.dweight;
+    float* partial_row = partials + (std::int64_t(a) * partial_rows + blockIdx.x) * p.cols;
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) stage[threadIdx.x * VEC + i] = is_dgamma ? acc_dgamma[k][i] : acc_dbeta[k][i];
+      __syncthreads();
+      const int slot_columns = g.threads * VEC;  // columns covered by slot k across the lanes
+      for (int c = threadIdx.x; c < slot_columns; c += blockDim.x) {
+        const int lane = c / VEC, i = c % VEC;
+        const int col = (k * g.threads + lane) * VEC + i;
+        if (col < p.cols) {
+          float sum = 0.f;
+          for (int group = 0; group < p.rows_per_block; ++group) sum += stage[(group * g.threads + lane) * VEC + i];
+          partial_row[col] = sum;
+        }
+      }
+    }
+  }
+  if (!reduce_in_kernel || arrays == 0) return;
+
+  cooperative_groups::this_grid().sync();  // every block's partial row is written
+  const int reduce_rows = int(blockDim.x) / kWarpSize;
+  reduce_partials<W>(partials, partial_rows, p.cols, arrays, out, blockIdx.x, gridDim.x, int(threadIdx.x) % kWarpSize,
+                     int(threadIdx.x) / kWarpSize, reduce_rows, stage);
+}
+
+}  // namespace
+
+template <typename T, typename W>
+void launch_fused_backward(const BackwardProblem& p, const Plan& plan, float* partials, cudaStream_t stream) {
+  const BackwardParams<T, W> params = make_backward_params<T, W>(p, plan);
+  const bool reduce_in_kernel = plan.single_launch && p.mask().any_gamma_beta();
+  const unsigned blocks = unsigned(plan.row.blocks);
+  dispatch_row_shape<T, kMaxFusedItems>(plan.row, [&](auto items, auto vec) {
+    void (*kernel)(BackwardParams<T, W>, float*, bool) =
+        p.rms ? fused_backward_kernel<T, W, true, items(), vec()> : fused_backward_kernel<T, W, false, items(), vec()>;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(unsigned(plan.row.block_threads()));
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeCooperative;
+    attribute[0].val.cooperative = 1;
+    config.attrs = attribute;
+    config.numAttrs = reduce_in_kernel ? 1 : 0;
+    check(cudaLaunchKernelEx(&config, kernel, params, partials, reduce_in_kernel), "fused_backward_kernel launch");
+  });
+  check_launch("fused_backward_kernel");
+  if (p.mask().any_gamma_beta() && !reduce_in_kernel) {
+    const dim3 reduce_block(unsigned(kWarpSize), unsigned(plan.columns.reduce_block_y));
+    reduce_partials_kernel<T, W><<<unsigned(plan.columns.col_blocks), reduce_block,
+                                   sizeof(float) * kWarpSize * std::size_t(plan.columns.reduce_block_y), stream>>>(
+        params, partials, plan.partial_rows);
+    check_launch("reduce_partials_kernel");
+  }
+}
+
+#define NORMKIT_INSTANTIATE(T, W) \
+  template void launch_fused_backward<T, W>(const BackwardProblem&, const Plan&, float*, cudaStream_t);
+NORMKIT_FOR_EACH_TYPE_PAIR(NORMKIT_INSTANTIATE)
+#undef NORMKIT_INSTANTIATE
+
+}  // namespace normkit::cuda

@@ -1,0 +1,64 @@
+// Strategy "two_pass": pass 1, a 2-D grid (column strips x row slices) where each block sums its
+// slice of rows for its strip into fp32 partials [parts, N] (one array per requested output);
+// pass 2 reduces the partials column-wise in a fixed order and casts. The partials are sized from
+// N, the row length -- never from the weight's shape -- and exist for dbias without a weight (the
+// seed's bug cannot happen here).
+#include "cuda/column_reduce.cuh"
+
+namespace normkit::cuda {
+namespace {
+
+template <typename T, typename W, bool kRms, int RPT>
+__global__ void __launch_bounds__(1024)
+    two_pass_partials_kernel(const BackwardParams<T, W> p, float* partials, std::int64_t parts, std::int64_t rows_per_part) {
+  extern __shared__ float smem[];
+  const int col = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+  const std::int64_t part = blockIdx.y;
+  const std::int64_t row_begin = part * rows_per_part;
+  const std::int64_t row_end = row_begin + rows_per_part < p.rows ? row_begin + rows_per_part : p.rows;
+  float dgamma = 0.f, dbeta = 0.f;
+  accumulate_column<T, W, kRms, RPT>(p, col, row_begin, row_end, int(threadIdx.y), int(blockDim.y), dgamma, dbeta);
+  dgamma = sum_over_thread_rows(dgamma, smem);
+  dbeta = sum_over_thread_rows(dbeta, smem);
+  if (threadIdx.y == 0 && col < p.cols) {
+    int a = 0;
+    const std::int64_t array_size = parts * p.cols;
+    if (p.dweight != nullptr) partials[(a++) * array_size + part * p.cols + col] = dgamma;
+    if (p.dbias != nullptr) partials[a * array_size + part * p.cols + col] = dbeta;
+  }
+}
+
+}  // namespace
+
+template <typename T, typename W>
+void launch_gamma_beta_two_pass(const BackwardProblem& p, const Plan& plan, float* partials, cudaStream_t stream) {
+  const BackwardParams<T, W> params = make_backward_params<T, W>(p, plan);
+  const ColumnShape& c = plan.columns;
+  const dim3 grid(unsigned(c.col_blocks), unsigned(c.row_parts)), block(unsigned(c.block_x), unsigned(c.block_y));
+  const std::size_t smem = sizeof(float) * std::size_t(c.block_x) * std::size_t(c.block_y);
+  auto launch = [&](auto rpt) {
+    if (p.rms)
+      two_pass_partials_kernel<T, W, true, rpt()><<<grid, block, smem, stream>>>(params, partials, c.row_parts, c.rows_per_part);
+    else
+      two_pass_partials_kernel<T, W, false, rpt()><<<grid, block, smem, stream>>>(params, partials, c.row_parts, c.rows_per_part);
+  };
+  switch (c.rows_per_thread) {
+    case 4: launch(IntConst<4>{}); break;
+    default: throw CudaError("normkit: internal error: two-pass has no instance for rows_per_thread = " +
+                             std::to_string(c.rows_per_thread));
+  }
+  check_launch("two_pass_partials_kernel");
+
+  const dim3 reduce_block(unsigned(kWarpSize), unsigned(c.reduce_block_y));
+  reduce_partials_kernel<T, W><<<unsigned(c.col_blocks), reduce_block,
+                                 sizeof(float) * kWarpSize * std::size_t(c.reduce_block_y), stream>>>(params, partials,
+                                                                                                    c.row_parts);
+  check_launch("reduce_partials_kernel");
+}
+
+#define NORMKIT_INSTANTIATE(T, W) \
+  template void launch_gamma_beta_two_pass<T, W>(const BackwardProblem&, const Plan&, float*, cudaStream_t);
+NORMKIT_FOR_EACH_TYPE_PAIR(NORMKIT_INSTANTIATE)
+#undef NORMKIT_INSTANTIATE
+
+}  // namespace normkit::cuda

@@ -1,0 +1,310 @@
+// The planner: every threshold and launch shape of normkit is decided here, from PlannerTable.
+// Host-only C++; the CUDA layer launches exactly what the plan says.
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "normkit/plan.h"
+
+namespace normkit {
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+int next_pow2(std::int64_t v) {
+  int p = 1;
+  while (p < v && p < (1 << 30)) p <<= 1;
+  return p;
+}
+
+/// Template instances exist for items in {1, 2, 4, 8}: round up to one of them.
+int round_items(std::int64_t items) {
+  if (items <= 1) return 1;
+  if (items <= 2) return 2;
+  if (items <= 4) return 4;
+  return 8;
+}
+
+int vector_width(const Problem& p) {
+  return p.rows_vector_aligned ? int(16 / dtype_size(p.dtype)) : 1;
+}
+
+/// Row layout for the row-wise kernels: the fewest threads per row that keep each thread's
+/// register cache within `max_items` vectors (and the group within the register budget of that many
+/// items, max_row_threads), aiming at `items_target` vectors per thread so that enough loads are in
+/// flight while small rows still pack several rows into one block. Rows that fit no cached layout
+/// are streamed (items = 0) by the largest group.
+RowShape row_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t, int max_items,
+                   int max_threads_per_row, int block_threads) {
+  RowShape s;
+  s.vec = vector_width(p);
+  const std::int64_t vectors = std::max<std::int64_t>(1, ceil_div(p.cols, s.vec));
+  int group = std::min(next_pow2(ceil_div(vectors, t.row_items_target)), max_threads_per_row);
+  for (;;) {
+    const int items = round_items(ceil_div(vectors, group));
+    if (ceil_div(vectors, group) <= max_items && group <= max_row_threads(items)) {
+      s.items = items;
+      break;
+    }
+    if (group >= max_threads_per_row) {
+      s.items = 0;
+      group = max_threads_per_row;
+      break;
+    }
+    group *= 2;
+  }
+  s.threads_per_row = group;
+  s.rows_per_block = std::max(1, block_threads / group);
+  const std::int64_t needed = ceil_div(std::max<std::int64_t>(p.rows, 1), s.rows_per_block);
+  s.blocks = std::min<std::int64_t>(needed, std::int64_t(device.sm_count) * t.row_blocks_per_sm);
+  return s;
+}
+
+/// The fused backward holds its dgamma/dbeta accumulators in registers next to the cached row, so
+/// its rows must fit kMaxFusedItems vectors per thread in a block of row_block_threads threads.
+bool fused_fits(const Problem& p, std::string* why) {
+  const int vec = vector_width(p);
+  const std::int64_t vectors = ceil_div(std::max<std::int64_t>(p.cols, 1), vec);
+  const std::int64_t capacity = std::int64_t(kFusedBlockThreads) * kMaxFusedItems;
+  if (vectors > capacity) {
+    if (why) {
+      std::ostringstream os;
+      os << "fused keeps a row in registers: N = " << p.cols << " needs " << vectors << " vectors of " << vec
+         << " elements, more than its " << capacity << " (rows up to " << capacity * vec << " elements)";
+      *why = os.str();
+    }
+    return false;
+  }
+  return true;
+}
+
+ColumnShape tiled_shape(const Problem& p, const PlannerTable& t) {
+  ColumnShape c;
+  c.block_x = kWarpSize;
+  c.col_blocks = ceil_div(std::max<std::int64_t>(p.cols, 1), c.block_x);
+  // The seed's bands: rows handled per block iteration grow with M so small M wastes no threads.
+  if (p.rows < t.tile64_min_rows) {
+    c.band = TileBand::Tile8;   c.block_y = 8;  c.rows_per_thread = 1;
+  } else if (p.rows < t.tile128_min_rows) {
+    c.band = TileBand::Tile64;  c.block_y = 16; c.rows_per_thread = 4;
+  } else if (p.rows < t.tile256_min_rows) {
+    c.band = TileBand::Tile128; c.block_y = 16; c.rows_per_thread = 8;
+  } else {
+    c.band = TileBand::Tile256; c.block_y = 32; c.rows_per_thread = 8;
+  }
+  return c;
+}
+
+ColumnShape two_pass_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+  ColumnShape c;
+  c.block_x = kWarpSize;
+  c.block_y = 16;
+  c.rows_per_thread = 4;
+  c.col_blocks = ceil_div(std::max<std::int64_t>(p.cols, 1), c.block_x);
+  // Enough row slices that column strips x slices fill the GPU, but never slices thinner than
+  // two_pass_min_rows_per_part (the partial traffic would outgrow the input).
+  const std::int64_t target_blocks = std::int64_t(device.sm_count) * t.two_pass_target_blocks_per_sm;
+  const std::int64_t wanted_parts = std::max<std::int64_t>(1, ceil_div(target_blocks, c.col_blocks));
+  const std::int64_t max_parts = std::max<std::int64_t>(1, p.rows / t.two_pass_min_rows_per_part);
+  const std::int64_t parts = std::min(wanted_parts, max_parts);
+  c.rows_per_part = std::max<std::int64_t>(1, ceil_div(std::max<std::int64_t>(p.rows, 1), parts));
+  c.row_parts = ceil_div(std::max<std::int64_t>(p.rows, 1), c.rows_per_part);
+  return c;
+}
+
+int partial_arrays(const Problem& p) {
+  return (p.mask.dweight ? 1 : 0) + (p.mask.dbias && !is_rms(p.op) ? 1 : 0);
+}
+
+std::size_t partial_bytes(std::int64_t partial_rows, const Problem& p) {
+  return std::size_t(partial_rows) * std::size_t(p.cols) * std::size_t(partial_arrays(p)) * sizeof(float);
+}
+
+Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+  if (t.fused_enabled && fused_fits(p, nullptr)) return Strategy::Fused;
+  if (p.rows <= t.simple_max_rows) return Strategy::Simple;
+  // Tiled (one block per 32-column strip walking all M) is best while the strips alone fill the
+  // GPU or M is too small to split; otherwise two-pass splits M so every SM has work (the seed's
+  // "mixed" rule, which removes its chess board).
+  const std::int64_t strips = ceil_div(p.cols, kWarpSize);
+  if (strips >= device.sm_count || p.rows < 2 * t.two_pass_min_rows_per_part) return Strategy::Tiled;
+  return Strategy::TwoPass;
+}
+
+}  // namespace
+
+const PlannerTable& default_planner_table() {
+  static const PlannerTable table{};
+  return table;
+}
+
+bool strategy_supported(const Problem& problem, Strategy strategy, std::string* why_not, const PlannerTable&) {
+  if (!is_backward(problem.op)) {
+    if (strategy == Strategy::Auto) return true;
+    if (why_not) *why_not = "forward ops have no gamma/beta strategy; only auto is accepted";
+    return false;
+  }
+  switch (strategy) {
+    case Strategy::Auto:
+    case Strategy::Simple:
+    case Strategy::Tiled:
+    case Strategy::TwoPass:
+      return true;
+    case Strategy::Fused:
+      return fused_fits(problem, why_not);
+  }
+  return false;
+}
+
+Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const PlannerTable& t) {
+  if (p.rows < 0 || p.cols < 0) throw Error("normkit planner: argument 'problem' has negative rows or cols");
+  std::string why;
+  if (!strategy_supported(p, requested, &why, t))
+    throw Error(std::string("normkit: strategy '") + strategy_name(requested) + "' cannot serve " +
+                op_name(p.op) + " with M = " + std::to_string(p.rows) + ", N = " + std::to_string(p.cols) + ": " + why);
+
+  Plan out;
+  out.op = p.op;
+  out.mask = is_backward(p.op) ? p.mask : Mask{false, false, false};
+  if (is_rms(p.op)) out.mask.dbias = false;
+
+  if (!is_backward(p.op)) {
+    out.strategy = Strategy::Simple;  // unused: forward is one row kernel
+    out.row = row_shape(p, device, t, kMaxRowItems, device.max_threads_per_block, t.row_block_threads);
+    return out;
+  }
+
+  const Strategy strategy = requested == Strategy::Auto ? auto_strategy(p, device, t) : requested;
+  out.strategy = strategy;
+  out.partial_arrays = partial_arrays(p);
+
+  if (strategy == Strategy::Fused) {
+    out.row = row_shape(p, device, t, kMaxFusedItems, kFusedBlockThreads, kFusedBlockThreads);
+    // Persistent grid: fused_blocks_per_sm co-resident blocks per SM (the kernel's launch bounds
+    // guarantee the registers), fewer when M is small so the partials stay small.
+    const std::int64_t rows_per_block_min = std::int64_t(out.row.rows_per_block) * t.fused_min_rows_per_block;
+    const std::int64_t by_rows = std::max<std::int64_t>(1, ceil_div(p.rows, rows_per_block_min));
+    out.row.blocks = std::min<std::int64_t>(by_rows, std::int64_t(device.sm_count) * kFusedBlocksPerSm);
+    if (p.mask.any_gamma_beta()) {
+      out.single_launch = t.fused_single_launch;
+      out.partial_rows = out.row.blocks;
+      out.columns.block_x = kWarpSize;
+      out.columns.reduce_block_y = out.row.block_threads() / kWarpSize;
+      out.columns.col_blocks = ceil_div(std::max<std::int64_t>(p.cols, 1), kWarpSize);
+    }
+    out.workspace_bytes = partial_bytes(out.partial_rows, p);
+    return out;
+  }
+
+  // Unfused: a dX row kernel (when dx is requested) plus a gamma/beta column kernel.
+  out.row = row_shape(p, device, t, kMaxRowItems, device.max_threads_per_block, t.row_block_threads);
+  if (!p.mask.any_gamma_beta()) return out;
+  switch (strategy) {
+    case Strategy::Simple:
+      out.columns.block_x = 256;
+      out.columns.block_y = 1;
+      out.columns.col_blocks = ceil_div(std::max<std::int64_t>(p.cols, 1), out.columns.block_x);
+      break;
+    case Strategy::Tiled:
+      out.columns = tiled_shape(p, t);
+      break;
+    case Strategy::TwoPass:
+      out.columns = two_pass_shape(p, device, t);
+      out.partial_rows = out.columns.row_parts;
+      out.workspace_bytes = partial_bytes(out.partial_rows, p);
+      break;
+    default:
+      break;
+  }
+  return out;
+}
+
+std::string Plan::describe() const {
+  std::ostringstream os;
+  if (!is_backward(op)) {
+    os << "forward";
+  } else if (!mask.any_gamma_beta()) {
+    os << "dx_only";
+  } else {
+    os << strategy_name(strategy);
+    if (strategy == Strategy::Tiled) os << " " << band_name(columns.band);
+    if (strategy == Strategy::TwoPass) os << " parts=" << columns.row_parts;
+    if (strategy == Strategy::Fused) os << " blocks=" << row.blocks;
+  }
+  if (!is_backward(op) || mask.dx || strategy == Strategy::Fused) {
+    os << " row=vec" << row.vec << "x" << row.items << "/" << row.threads_per_row << "t";
+  }
+  return os.str();
+}
+
+std::string format_planner_table(const PlannerTable& t) {
+  std::ostringstream os;
+  os << "# normkit planner table (key = value); read by load_planner_table()\n"
+     << "simple_max_rows = " << t.simple_max_rows << "\n"
+     << "tile64_min_rows = " << t.tile64_min_rows << "\n"
+     << "tile128_min_rows = " << t.tile128_min_rows << "\n"
+     << "tile256_min_rows = " << t.tile256_min_rows << "\n"
+     << "two_pass_min_rows_per_part = " << t.two_pass_min_rows_per_part << "\n"
+     << "two_pass_target_blocks_per_sm = " << t.two_pass_target_blocks_per_sm << "\n"
+     << "fused_enabled = " << (t.fused_enabled ? 1 : 0) << "\n"
+     << "fused_min_rows_per_block = " << t.fused_min_rows_per_block << "\n"
+     << "fused_single_launch = " << (t.fused_single_launch ? 1 : 0) << "\n"
+     << "row_items_target = " << t.row_items_target << "\n"
+     << "row_block_threads = " << t.row_block_threads << "\n"
+     << "row_blocks_per_sm = " << t.row_blocks_per_sm << "\n";
+  return os.str();
+}
+
+PlannerTable load_planner_table(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("normkit: argument 'path': cannot open planner table '" + path + "'");
+  PlannerTable t;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    const auto hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const auto eq = line.find('=');
+    auto fail = [&](const std::string& what) {
+      throw Error("normkit: planner table '" + path + "' line " + std::to_string(line_no) + ": " + what);
+    };
+    if (eq == std::string::npos) fail("expected 'key = value'");
+    auto trim = [](std::string s) {
+      const auto b = s.find_first_not_of(" \t\r"), e = s.find_last_not_of(" \t\r");
+      return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+    };
+    const std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
+    long long v = 0;
+    try {
+      std::size_t used = 0;
+      v = std::stoll(value, &used);
+      if (used != value.size()) fail("value '" + value + "' is not an integer");
+    } catch (const std::logic_error&) {
+      fail("value '" + value + "' is not an integer");
+    }
+    if (v < 0) fail("value of '" + key + "' must be >= 0");
+    if (key == "simple_max_rows") t.simple_max_rows = v;
+    else if (key == "tile64_min_rows") t.tile64_min_rows = v;
+    else if (key == "tile128_min_rows") t.tile128_min_rows = v;
+    else if (key == "tile256_min_rows") t.tile256_min_rows = v;
+    else if (key == "two_pass_min_rows_per_part") t.two_pass_min_rows_per_part = std::max<long long>(v, 1);
+    else if (key == "two_pass_target_blocks_per_sm") t.two_pass_target_blocks_per_sm = int(std::max<long long>(v, 1));
+    else if (key == "fused_enabled") t.fused_enabled = v != 0;
+    else if (key == "fused_single_launch") t.fused_single_launch = v != 0;
+    else if (key == "fused_min_rows_per_block") t.fused_min_rows_per_block = std::max<long long>(v, 1);
+    else if (key == "row_items_target") t.row_items_target = int(std::clamp<long long>(v, 1, kMaxRowItems));
+    else if (key == "row_block_threads") {
+      if (v < 32 || v > 1024 || (v & (v - 1))) fail("row_block_threads must be a power of two in [32, 1024]");
+      t.row_block_threads = int(v);
+    }
+    else if (key == "row_blocks_per_sm") t.row_blocks_per_sm = int(std::max<long long>(v, 1));
+    else fail("unknown key '" + key + "'");
+  }
+  if (!(t.tile64_min_rows <= t.tile128_min_rows && t.tile128_min_rows <= t.tile256_min_rows))
+    throw Error("normkit: planner table '" + path + "': tile band thresholds must be increasing");
+  return t;
+}
+
+}  // namespace normkit

@@ -1,0 +1,245 @@
+// The planner, on the CPU: the seed's bands and cases, every boundary, the mixed (auto) choice,
+// workspace sizing from N, row layouts, forced-strategy errors and the tunable table format.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "normkit/plan.h"
+
+namespace normkit {
+namespace {
+
+Problem backward(std::int64_t m, std::int64_t n, DType t = DType::F16, Mask mask = {false, true, true},
+                 bool rms = false) {
+  Problem p;
+  p.op = rms ? Op::RmsNormBackward : Op::LayerNormBackward;
+  p.rows = m;
+  p.cols = n;
+  p.dtype = t;
+  p.weight_dtype = t;
+  p.mask = mask;
+  p.rows_vector_aligned = (n * std::int64_t(dtype_size(t))) % 16 == 0;
+  return p;
+}
+
+PlannerTable unfused_table() {
+  PlannerTable t;
+  t.fused_enabled = false;
+  return t;
+}
+
+struct SeedCase {
+  const char* name;
+  bool rms;
+  std::int64_t m, n;
+  DType dtype;
+  TileBand tiled_band;       // the band the seed's name gives, with the strategy restricted to tiled
+  Strategy mixed;            // our tiled + two-pass choice (fused disabled), documented in docs/NOTES.md
+};
+
+// The seed's 13 cases ((32, 4096, 4096) is M = 131072, N = 4096; (8, 1024, 768) is M = 8192, N = 768).
+const SeedCase kSeedCases[] = {
+    {"tile8_small", false, 32, 512, DType::F16, TileBand::Tile8, Strategy::Tiled},
+    {"tile64_medium", false, 96, 768, DType::F16, TileBand::Tile64, Strategy::Tiled},
+    {"tile128_medium", false, 192, 1024, DType::BF16, TileBand::Tile128, Strategy::TwoPass},
+    {"tile256_large", false, 4096, 1024, DType::F16, TileBand::Tile256, Strategy::TwoPass},
+    {"tile256_bert", false, 1024, 768, DType::F16, TileBand::Tile256, Strategy::TwoPass},
+    {"tile256_large_bf16", false, 4096, 1024, DType::BF16, TileBand::Tile256, Strategy::TwoPass},
+    {"tile256_large_fp32", false, 4096, 1024, DType::F32, TileBand::Tile256, Strategy::TwoPass},
+    {"two_pass_huge_M", false, 131072, 64, DType::F16, TileBand::Tile256, Strategy::TwoPass},
+    {"llm_hidden_4096", false, 131072, 4096, DType::BF16, TileBand::Tile256, Strategy::TwoPass},
+    {"gpt2_style", false, 8192, 768, DType::F16, TileBand::Tile256, Strategy::TwoPass},
+    {"rms_tile256", true, 4096, 1024, DType::F16, TileBand::Tile256, Strategy::TwoPass},
+    {"rms_llm", true, 131072, 4096, DType::BF16, TileBand::Tile256, Strategy::TwoPass},
+    {"rms_two_pass", true, 131072, 64, DType::F16, TileBand::Tile256, Strategy::TwoPass},
+};
+
+TEST(Planner, SeedCasesRestrictedToTiledMapToTheirBand) {
+  for (const SeedCase& c : kSeedCases) {
+    const Plan plan = normkit::plan(backward(c.m, c.n, c.dtype, {false, true, !c.rms}, c.rms), DeviceFacts::h200(),
+                                    Strategy::Tiled);
+    EXPECT_EQ(plan.strategy, Strategy::Tiled) << c.name;
+    EXPECT_EQ(plan.columns.band, c.tiled_band) << c.name;
+  }
+}
+
+TEST(Planner, SeedCasesMixedChoiceIsDocumented) {
+  const PlannerTable table = unfused_table();
+  for (const SeedCase& c : kSeedCases) {
+    const Plan plan = normkit::plan(backward(c.m, c.n, c.dtype, {false, true, !c.rms}, c.rms), DeviceFacts::h200(),
+                                    Strategy::Auto, table);
+    EXPECT_EQ(plan.strategy, c.mixed) << c.name << ": " << plan.describe();
+  }
+}
+
+TEST(Planner, AutoPicksFusedForEverySeedCase) {
+  for (const SeedCase& c : kSeedCases) {
+    const Plan plan = normkit::plan(backward(c.m, c.n, c.dtype, {true, true, !c.rms}, c.rms), DeviceFacts::h200());
+    EXPECT_EQ(plan.strategy, Strategy::Fused) << c.name;
+    EXPECT_GE(plan.row.blocks, 1) << c.name;
+    EXPECT_LE(plan.row.blocks, DeviceFacts::h200().sm_count * kFusedBlocksPerSm) << c.name;
+  }
+}
+
+TEST(Planner, TiledBandBoundaries) {
+  const struct { std::int64_t m; TileBand band; } expected[] = {
+      {1, TileBand::Tile8},     {63, TileBand::Tile8},     {64, TileBand::Tile64},   {127, TileBand::Tile64},
+      {128, TileBand::Tile128}, {255, TileBand::Tile128}, {256, TileBand::Tile256}, {1 << 20, TileBand::Tile256}};
+  for (const auto& e : expected) {
+    const Plan plan = normkit::plan(backward(e.m, 1024), DeviceFacts::h200(), Strategy::Tiled);
+    EXPECT_EQ(plan.columns.band, e.band) << "M = " << e.m;
+    EXPECT_EQ(plan.columns.rows_per_iteration(),
+              e.band == TileBand::Tile8 ? 8 : e.band == TileBand::Tile64 ? 64 : e.band == TileBand::Tile128 ? 128 : 256)
+        << "M = " << e.m;
+  }
+}
+
+TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
+  const PlannerTable t = unfused_table();
+  const DeviceFacts h200 = DeviceFacts::h200();
+  auto strategy = [&](std::int64_t m, std::int64_t n) { return normkit::plan(backward(m, n), h200, Strategy::Auto, t).strategy; };
+  // simple up to simple_max_rows
+  EXPECT_EQ(strategy(t.simple_max_rows, 1024), Strategy::Simple);
+  EXPECT_EQ(strategy(t.simple_max_rows + 1, 1024), Strategy::Tiled);
+  // two-pass once M gives at least two parts of two_pass_min_rows_per_part rows (narrow N)
+  const std::int64_t cut = 2 * t.two_pass_min_rows_per_part;
+  EXPECT_EQ(strategy(cut - 1, 1024), Strategy::Tiled);
+  EXPECT_EQ(strategy(cut, 1024), Strategy::TwoPass);
+  EXPECT_EQ(strategy(cut + 1, 1024), Strategy::TwoPass);
+  // ... unless the column strips alone fill the GPU
+  const std::int64_t wide = std::int64_t(h200.sm_count) * kWarpSize;
+  EXPECT_EQ(strategy(1 << 16, wide - kWarpSize), Strategy::TwoPass);
+  EXPECT_EQ(strategy(1 << 16, wide), Strategy::Tiled);
+}
+
+TEST(Planner, TwoPassWorkspaceIsSizedFromNNotTheWeightShape) {
+  // The seed's bug: x (100000, 8, 16) normalized over (8, 16) has N = 128 while the weight's last
+  // dim is 16. The planner only knows N: the partials are [parts, 128] per requested output.
+  const Plan both = normkit::plan(backward(100000, 128), DeviceFacts::h200(), Strategy::TwoPass);
+  EXPECT_GT(both.columns.row_parts, 1);
+  EXPECT_EQ(both.partial_arrays, 2);
+  EXPECT_EQ(both.workspace_bytes, std::size_t(both.columns.row_parts) * 128 * 2 * sizeof(float));
+  // dbias without a weight (mask dweight off): the dbias partials still exist.
+  const Plan bias_only = normkit::plan(backward(100000, 128, DType::F16, {true, false, true}), DeviceFacts::h200(),
+                                       Strategy::TwoPass);
+  EXPECT_EQ(bias_only.partial_arrays, 1);
+  EXPECT_EQ(bias_only.workspace_bytes, std::size_t(bias_only.columns.row_parts) * 128 * sizeof(float));
+  // parts cover M exactly
+  EXPECT_GE(both.columns.row_parts * both.columns.rows_per_part, 100000);
+  EXPECT_LT((both.columns.row_parts - 1) * both.columns.rows_per_part, 100000);
+}
+
+TEST(Planner, RmsNeverHasDbiasPartials) {
+  const Plan plan = normkit::plan(backward(4096, 1024, DType::F16, {true, true, true}, true), DeviceFacts::h200(),
+                                  Strategy::TwoPass);
+  EXPECT_FALSE(plan.mask.dbias);
+  EXPECT_EQ(plan.partial_arrays, 1);
+}
+
+TEST(Planner, FusedWorkspaceAndSupport) {
+  const Plan plan = normkit::plan(backward(131072, 4096, DType::BF16, {true, true, true}), DeviceFacts::h200(),
+                                  Strategy::Fused);
+  EXPECT_EQ(plan.partial_rows, plan.row.blocks);
+  EXPECT_EQ(plan.workspace_bytes, std::size_t(plan.row.blocks) * 4096 * 2 * sizeof(float));
+  EXPECT_EQ(plan.row.block_threads(), kFusedBlockThreads);
+  // dx only: no partials
+  const Plan dx_only = normkit::plan(backward(131072, 4096, DType::BF16, {true, false, false}), DeviceFacts::h200(),
+                                     Strategy::Fused);
+  EXPECT_EQ(dx_only.workspace_bytes, 0u);
+  // widest fused row: kFusedBlockThreads * kMaxFusedItems vectors
+  const std::int64_t widest = std::int64_t(kFusedBlockThreads) * kMaxFusedItems * 8;
+  EXPECT_TRUE(strategy_supported(backward(16, widest, DType::BF16), Strategy::Fused));
+  std::string why;
+  EXPECT_FALSE(strategy_supported(backward(16, widest + 8, DType::BF16), Strategy::Fused, &why));
+  EXPECT_NE(why.find("registers"), std::string::npos) << why;
+  try {
+    normkit::plan(backward(16, 262144, DType::BF16), DeviceFacts::h200(), Strategy::Fused);
+    FAIL() << "forcing fused on a row it cannot hold must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fused"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("262144"), std::string::npos) << e.what();
+  }
+  // auto falls back to the unfused strategies for such rows, it does not fail
+  EXPECT_NE(normkit::plan(backward(2048, 262144, DType::BF16), DeviceFacts::h200()).strategy, Strategy::Fused);
+}
+
+TEST(Planner, RowShapesCoverTheRowWithinTheRegisterBudget) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    for (std::int64_t n : {1LL, 2LL, 3LL, 7LL, 8LL, 64LL, 100LL, 512LL, 768LL, 1000LL, 1001LL, 1024LL, 1536LL, 2049LL,
+                           3584LL, 4096LL, 8192LL, 16384LL, 65536LL, 131072LL, 262144LL}) {
+      Problem p = backward(1000, n, t, {true, true, true});
+      for (Op op : {Op::LayerNormForward, Op::LayerNormBackward}) {
+        p.op = op;
+        const Plan plan = normkit::plan(p, DeviceFacts::h200(), is_backward(op) ? Strategy::Tiled : Strategy::Auto);
+        const RowShape& r = plan.row;
+        const std::string where = std::string(dtype_name(t)) + " N = " + std::to_string(n);
+        EXPECT_TRUE(r.threads_per_row >= 1 && (r.threads_per_row & (r.threads_per_row - 1)) == 0) << where;
+        EXPECT_LE(r.block_threads(), 1024) << where;
+        EXPECT_EQ(r.block_threads() % 32 == 0 || r.block_threads() < 32, true) << where;
+        if (r.items > 0) {
+          EXPECT_GE(std::int64_t(r.items) * r.threads_per_row * r.vec, n) << where;
+          EXPECT_LE(r.block_threads(), max_row_threads(r.items)) << where;
+        }
+        EXPECT_EQ(n % r.vec, 0) << where;
+        EXPECT_GE(r.blocks, 1) << where;
+      }
+    }
+  }
+}
+
+TEST(Planner, UnalignedRowsUseTheScalarPath) {
+  Problem p = backward(100, 1024, DType::F16, {true, true, true});
+  p.rows_vector_aligned = false;
+  EXPECT_EQ(normkit::plan(p, DeviceFacts::h200()).row.vec, 1);
+  p.rows_vector_aligned = true;
+  EXPECT_EQ(normkit::plan(p, DeviceFacts::h200()).row.vec, 8);
+}
+
+TEST(Planner, ForwardRejectsAForcedStrategy) {
+  Problem p = backward(10, 10);
+  p.op = Op::LayerNormForward;
+  EXPECT_THROW(normkit::plan(p, DeviceFacts::h200(), Strategy::Tiled), Error);
+  EXPECT_NO_THROW(normkit::plan(p, DeviceFacts::h200(), Strategy::Auto));
+}
+
+TEST(Planner, SmallGpuGetsFewerBlocks) {
+  DeviceFacts small;
+  small.sm_count = 4;
+  const Plan plan = normkit::plan(backward(1 << 20, 1024, DType::F16, {true, true, true}), small);
+  EXPECT_LE(plan.row.blocks, 4 * kFusedBlocksPerSm);
+}
+
+TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
+  PlannerTable t;
+  t.simple_max_rows = 3;
+  t.two_pass_min_rows_per_part = 96;
+  t.fused_enabled = false;
+  t.fused_single_launch = false;
+  t.row_block_threads = 512;
+  const std::string path = ::testing::TempDir() + "normkit_table.txt";
+  { std::ofstream(path) << format_planner_table(t); }
+  const PlannerTable back = load_planner_table(path);
+  EXPECT_EQ(format_planner_table(back), format_planner_table(t));
+  std::remove(path.c_str());
+}
+
+TEST(PlannerTable, MalformedFileNamesTheLine) {
+  const std::string path = ::testing::TempDir() + "normkit_bad_table.txt";
+  { std::ofstream(path) << "# comment\nsimple_max_rows = 4\nno_such_key = 1\n"; }
+  try {
+    load_planner_table(path);
+    FAIL() << "unknown key must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("line 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no_such_key"), std::string::npos) << e.what();
+  }
+  { std::ofstream(path) << "row_block_threads = 300\n"; }
+  EXPECT_THROW(load_planner_table(path), Error);
+  EXPECT_THROW(load_planner_table(path + ".missing"), Error);
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace normkit

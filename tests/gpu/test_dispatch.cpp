@@ -1,0 +1,205 @@
+// Dispatch coverage: the seed's test_configs_cover_all_tile_branches (every TileBand under forced
+// Tiled, several strategies under auto), the dispatch bands (M = 32, 96, 192, 1024), the band
+// boundaries (63/64, 127/128, 255/256), the two-pass cut-over found by scanning the planner with
+// fused disabled, and two-pass at huge M -- each run on the GPU and compared with the reference.
+#include <set>
+
+#include "harness.h"
+
+namespace normkit::gputest {
+namespace {
+
+using DT = DType;
+
+/// The seed's bands: Tile-8 (M < 64), Tile-64, Tile-128, Tile-256 (M >= 256).
+TileBand seed_band(std::int64_t m) {
+  if (m < 64) return TileBand::Tile8;
+  if (m < 128) return TileBand::Tile64;
+  if (m < 256) return TileBand::Tile128;
+  return TileBand::Tile256;
+}
+
+std::string band_id(TileBand b) {
+  switch (b) {
+    case TileBand::None: return "none";
+    case TileBand::Tile8: return "tile8";
+    case TileBand::Tile64: return "tile64";
+    case TileBand::Tile128: return "tile128";
+    case TileBand::Tile256: return "tile256";
+  }
+  return "unknown";
+}
+
+Problem planner_problem(Op op, std::int64_t m, std::int64_t n, DType t, Mask mask) {
+  Problem p;
+  p.op = op;
+  p.rows = m;
+  p.cols = n;
+  p.dtype = t;
+  p.weight_dtype = t;
+  p.mask = mask;
+  if (is_rms(op)) p.mask.dbias = false;
+  p.rows_vector_aligned = (n * std::int64_t(dtype_size(t))) % 16 == 0;
+  return p;
+}
+
+TEST(Dispatch, ConfigsCoverAllTileBranches) {
+  const DeviceFacts facts = current_device_facts();
+  PlannerTable no_fused = default_planner_table();
+  no_fused.fused_enabled = false;
+  std::set<TileBand> bands;
+  std::set<Strategy> auto_default, auto_any;
+  std::set<Strategy> supported_somewhere;
+  for (Op op : {Op::LayerNormBackward, Op::RmsNormBackward})
+    for (DType t : {DT::F16, DT::BF16, DT::F32})
+      for (Mask mask : {Mask{true, true, true}, Mask{false, true, true}, Mask{false, true, false}})
+        for (std::int64_t m : {1, 8, 9, 32, 63, 64, 96, 127, 128, 192, 255, 256, 1024, 4096, 131072})
+          for (std::int64_t n : {1, 64, 512, 768, 1024, 4096, 8192, 65536, 262144}) {
+            const Problem p = planner_problem(op, m, n, t, mask);
+            SCOPED_TRACE(std::string(op_name(op)) + " M=" + std::to_string(m) + " N=" + std::to_string(n) + " " +
+                         dtype_id(t) + " mask=" + mask_id(p.mask));
+            for (Strategy s : all_strategies())
+              if (strategy_supported(p, s)) supported_somewhere.insert(s);
+            ASSERT_TRUE(strategy_supported(p, Strategy::Tiled));
+            const Plan tiled = plan(p, facts, Strategy::Tiled);
+            EXPECT_EQ(band_id(tiled.columns.band), band_id(seed_band(m)));
+            bands.insert(tiled.columns.band);
+            const Plan a = plan(p, facts, Strategy::Auto);
+            EXPECT_NE(a.strategy, Strategy::Auto);
+            auto_default.insert(a.strategy);
+            auto_any.insert(a.strategy);
+            auto_any.insert(plan(p, facts, Strategy::Auto, no_fused).strategy);
+          }
+  for (TileBand b : {TileBand::Tile8, TileBand::Tile64, TileBand::Tile128, TileBand::Tile256})
+    EXPECT_TRUE(bands.count(b)) << "forced tiled never produced band " << band_id(b);
+  EXPECT_GE(auto_default.size(), 2u) << "auto (default table) chose only one strategy over all shapes";
+  for (Strategy s : {Strategy::Simple, Strategy::Tiled, Strategy::TwoPass, Strategy::Fused}) {
+    EXPECT_TRUE(supported_somewhere.count(s)) << strategy_id(s) << " is supported by no shape";
+    EXPECT_TRUE(auto_any.count(s)) << "auto never chooses " << strategy_id(s)
+                                   << " (default table or fused disabled)";
+  }
+}
+
+// ---- bands and boundaries: forced Tiled must use the seed band and match the reference ----
+
+struct BandParam {
+  std::int64_t m;
+  TileBand band;
+};
+
+class DispatchBand : public testing::TestWithParam<BandParam> {};
+
+TEST_P(DispatchBand, TiledBandMatchesReference) {
+  const BandParam bp = GetParam();
+  for (bool rms : {false, true}) {
+    const Spec spec = rms ? rms_spec("rms_band_M" + std::to_string(bp.m), bp.m, 768, DT::F16)
+                          : ln_spec("band_M" + std::to_string(bp.m), bp.m, 768, DT::F16);
+    SCOPED_TRACE(spec.name);
+    const auto hc = make_host_case(spec);
+    const DeviceCase dc = upload_case(*hc, test_stream());
+    const RefBackward ref = reference_backward(*hc);
+    for (Mask mask : {spec.full_mask(), Mask{false, true, !rms}}) {
+      const BackwardOut out = gpu_backward(*hc, dc, mask, Strategy::Tiled, test_stream());
+      ASSERT_TRUE(out.ran) << "tiled must serve every shape";
+      EXPECT_EQ(band_id(out.plan.columns.band), band_id(bp.band)) << "M = " << bp.m;
+      expect_backward_matches(*hc, out, ref);
+    }
+    for (Strategy s : all_strategies()) check_backward(*hc, dc, ref, spec.full_mask(), s);
+  }
+}
+
+std::string band_param_name(const testing::TestParamInfo<BandParam>& info) {
+  return "M" + std::to_string(info.param.m) + "_" + band_id(info.param.band);
+}
+
+INSTANTIATE_TEST_SUITE_P(Bands, DispatchBand,
+                         testing::Values(BandParam{32, TileBand::Tile8}, BandParam{96, TileBand::Tile64},
+                                         BandParam{192, TileBand::Tile128}, BandParam{1024, TileBand::Tile256}),
+                         band_param_name);
+INSTANTIATE_TEST_SUITE_P(Boundaries, DispatchBand,
+                         testing::Values(BandParam{63, TileBand::Tile8}, BandParam{64, TileBand::Tile64},
+                                         BandParam{127, TileBand::Tile64}, BandParam{128, TileBand::Tile128},
+                                         BandParam{255, TileBand::Tile128}, BandParam{256, TileBand::Tile256}),
+                         band_param_name);
+
+// ---- the two-pass cut-over ----
+
+class TwoPassCutover : public testing::TestWithParam<std::int64_t> {};
+
+TEST_P(TwoPassCutover, BothSidesMatchReference) {
+  const std::int64_t n = GetParam();
+  const DeviceFacts facts = current_device_facts();
+  PlannerTable no_fused = default_planner_table();
+  no_fused.fused_enabled = false;
+  const Mask full{true, true, true};
+  std::int64_t cut = -1;
+  for (std::int64_t m = 1; m <= (std::int64_t(1) << 20); ++m) {
+    if (plan(planner_problem(Op::LayerNormBackward, m, n, DT::F16, full), facts, Strategy::Auto, no_fused).strategy ==
+        Strategy::TwoPass) {
+      cut = m;
+      break;
+    }
+  }
+  ASSERT_GT(cut, 1) << "auto with fused disabled never chose two_pass for N = " << n << " up to M = 2^20";
+  EXPECT_EQ(strategy_id(plan(planner_problem(Op::LayerNormBackward, cut + 1, n, DT::F16, full), facts,
+                             Strategy::Auto, no_fused)
+                            .strategy),
+            "two_pass")
+      << "the cut-over is not a clean boundary at M = " << cut;
+  std::printf("[          ] N = %lld: two-pass cut-over (fused disabled) at M = %lld\n", (long long)n, (long long)cut);
+  for (std::int64_t m : {cut - 1, cut, cut + 1}) {
+    for (bool rms : {false, true}) {
+      const std::string name = std::string(rms ? "rms_" : "") + "cutover_N" + std::to_string(n) + "_M" + std::to_string(m);
+      const Spec spec = rms ? rms_spec(name, m, n, DT::F16) : ln_spec(name, m, n, DT::F16);
+      SCOPED_TRACE(name);
+      const auto hc = make_host_case(spec);
+      const DeviceCase dc = upload_case(*hc, test_stream());
+      const RefBackward ref = reference_backward(*hc);
+      for (Strategy s : all_strategies()) {
+        check_backward(*hc, dc, ref, spec.full_mask(), s);
+        check_backward(*hc, dc, ref, Mask{false, true, !rms}, s);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dispatch, TwoPassCutover, testing::Values(64, 1024),
+                         [](const testing::TestParamInfo<std::int64_t>& info) {
+                           return "N" + std::to_string(info.param);
+                         });
+
+// ---- two-pass at huge M: the M-parallel branch ----
+
+class TwoPassHugeM : public testing::TestWithParam<Spec> {};
+
+TEST_P(TwoPassHugeM, MatchesReference) {
+  const Spec& spec = GetParam();
+  const DeviceFacts facts = current_device_facts();
+  PlannerTable no_fused = default_planner_table();
+  no_fused.fused_enabled = false;
+  EXPECT_EQ(strategy_id(plan(planner_problem(spec.rms ? Op::RmsNormBackward : Op::LayerNormBackward, spec.M, spec.N,
+                                             spec.dtype, spec.full_mask()),
+                             facts, Strategy::Auto, no_fused)
+                            .strategy),
+            "two_pass")
+      << "the unfused planner should pick two-pass at huge M and narrow N";
+  const auto hc = make_host_case(spec);
+  const DeviceCase dc = upload_case(*hc, test_stream());
+  const RefBackward ref = reference_backward(*hc);
+  for (Mask mask : {spec.full_mask(), Mask{false, true, !spec.rms}}) {
+    const BackwardOut out = gpu_backward(*hc, dc, mask, Strategy::TwoPass, test_stream());
+    ASSERT_TRUE(out.ran);
+    EXPECT_GT(out.plan.columns.row_parts, 1) << "two-pass at huge M must split the rows";
+    expect_backward_matches(*hc, out, ref);
+    check_backward(*hc, dc, ref, mask, Strategy::Auto);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dispatch, TwoPassHugeM,
+                         testing::Values(ln_spec("ln_M524288_N64_f16", 524288, 64, DT::F16),
+                                         ln_spec("ln_M65537_N1024_bf16", 65537, 1024, DT::BF16),
+                                         rms_spec("rms_M524288_N64_f16", 524288, 64, DT::F16)),
+                         [](const testing::TestParamInfo<Spec>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace normkit::gputest

@@ -1,0 +1,226 @@
+// Edge shapes (M = 1, N = 1, M = 0), non-contiguous rows, output-mask variants x strategies, odd N
+// and unaligned rows, undefined weight, large eps. Every case runs forward and backward on the GPU
+// and compares with the float64 reference.
+#include "harness.h"
+
+namespace normkit::gputest {
+namespace {
+
+using DT = DType;
+
+std::string spec_name(const testing::TestParamInfo<Spec>& info) { return info.param.name; }
+
+// ---- M = 1 and N = 1 ----
+
+class EdgeShape : public testing::TestWithParam<Spec> {};
+
+TEST_P(EdgeShape, ForwardAndBackwardMatchReference) {
+  const Spec& spec = GetParam();
+  // N = 1: LayerNorm's x_hat is exactly 0 (dx = 0, dweight = 0) and RMSNorm's dx is a difference of
+  // nearly equal terms; a per-element absolute floor of 1e-3 keeps the relative error meaningful.
+  const double floor = spec.N == 1 ? 1e-3 * std::sqrt(double(std::max<std::int64_t>(spec.M, 1))) : 1e-30;
+  check_forward_and_backward(spec, floor);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Edge, EdgeShape,
+    testing::Values(ln_spec("ln_M1_N768_f16", 1, 768, DT::F16), ln_spec("ln_M1_N4096_bf16", 1, 4096, DT::BF16),
+                    ln_spec("ln_M1_N1001_f32", 1, 1001, DT::F32), ln_spec("ln_M1_N1_f16", 1, 1, DT::F16),
+                    ln_spec("ln_M100_N1_f16", 100, 1, DT::F16), ln_spec("ln_M4096_N1_f32", 4096, 1, DT::F32),
+                    ln_spec("ln_M131072_N1_bf16", 131072, 1, DT::BF16), rms_spec("rms_M1_N768_f16", 1, 768, DT::F16),
+                    rms_spec("rms_M1_N4096_bf16", 1, 4096, DT::BF16), rms_spec("rms_M1_N1_f16", 1, 1, DT::F16),
+                    rms_spec("rms_M100_N1_f32", 100, 1, DT::F32), rms_spec("rms_M4096_N1_f16", 4096, 1, DT::F16)),
+    spec_name);
+
+// ---- M = 0: outputs empty, dweight/dbias exactly zero ----
+
+class EmptyRows : public testing::TestWithParam<Spec> {};
+
+TEST_P(EmptyRows, GradientsAreZerosAndNothingElseIsWritten) {
+  const Spec& spec = GetParam();
+  const auto hc = make_host_case(spec);
+  const DeviceCase dc = upload_case(*hc, test_stream());
+  // Forward: nothing to write; y/mean/rstd buffers (one element + guards) stay poisoned.
+  {
+    const ForwardOut f = gpu_forward(*hc, dc);
+    EXPECT_EQ(unpoisoned_bytes(f.y, 0, f.y.count()), 0) << "forward wrote y for M = 0";
+    EXPECT_EQ(unpoisoned_bytes(f.rstd, 0, f.rstd.count()), 0) << "forward wrote rstd for M = 0";
+    if (!spec.rms) EXPECT_EQ(unpoisoned_bytes(f.mean, 0, f.mean.count()), 0) << "forward wrote mean for M = 0";
+  }
+  const RefBackward ref = reference_backward(*hc);  // zeros
+  for (Strategy s : all_strategies())
+    for (Mask mask : {spec.full_mask(), Mask{false, true, !spec.rms}, Mask{true, false, false}}) {
+      SCOPED_TRACE(strategy_id(s) + " " + mask_id(mask));
+      const BackwardOut out = gpu_backward(*hc, dc, mask, s, test_stream());
+      if (!out.ran) continue;
+      if (mask.dx) EXPECT_EQ(unpoisoned_bytes(out.dx, 0, out.dx.count()), 0) << "dx written for M = 0";
+      for (const HostBuffer* g : {&out.dweight, &out.dbias}) {
+        if (g->count() == 0) continue;
+        for (std::int64_t i = 0; i < spec.N; ++i)
+          ASSERT_EQ(g->get(i), 0.0) << "gradient element " << i << " of an M = 0 call must be 0";
+        EXPECT_EQ(unpoisoned_bytes(*g, spec.N, spec.N + kGuard), 0) << "gradient written beyond N";
+      }
+      expect_backward_matches(*hc, out, ref, 1.0);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Edge, EmptyRows,
+                         testing::Values(ln_spec("ln_M0_N768_f16", 0, 768, DT::F16),
+                                         ln_spec("ln_M0_N1000_f32", 0, 1000, DT::F32),
+                                         rms_spec("rms_M0_N4096_bf16", 0, 4096, DT::BF16)),
+                         spec_name);
+
+// ---- non-contiguous rows (row_stride > N) for inputs and outputs; gaps must stay poisoned ----
+
+Spec strided(Spec s, std::int64_t pad_x, std::int64_t pad_dy, std::int64_t pad_out) {
+  s.pad_x = pad_x;
+  s.pad_dy = pad_dy;
+  s.pad_out = pad_out;
+  return s;
+}
+
+class NonContiguous : public testing::TestWithParam<Spec> {};
+
+TEST_P(NonContiguous, ForwardAndBackwardMatchReferenceAndGapsStayPoisoned) { check_forward_and_backward(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Layout, NonContiguous,
+    testing::Values(strided(ln_spec("ln_M300_N1000_f16_pad7_13_5", 300, 1000, DT::F16), 7, 13, 5),
+                    // padded but still 16-byte aligned rows (vector path with strides)
+                    strided(ln_spec("ln_M1024_N768_bf16_pad8", 1024, 768, DT::BF16), 8, 16, 8),
+                    strided(ln_spec("ln_M4096_N1024_f32_pad4_12_20", 4096, 1024, DT::F32), 4, 12, 20),
+                    strided(ln_spec("ln_M8_N64_f16_pad64", 8, 64, DT::F16), 64, 64, 64),
+                    strided(ln_spec("ln_M20000_N64_f16_pad1", 20000, 64, DT::F16), 1, 3, 2),
+                    strided(rms_spec("rms_M300_N1000_f16_pad7_13_5", 300, 1000, DT::F16), 7, 13, 5),
+                    strided(rms_spec("rms_M1024_N4096_bf16_pad8", 1024, 4096, DT::BF16), 8, 8, 8),
+                    strided(rms_spec("rms_M20000_N64_f32_pad3", 20000, 64, DT::F32), 3, 5, 1)),
+    spec_name);
+
+// ---- output-mask variants x every strategy (small M keeps the reference cheap) ----
+
+using MaskParam = std::tuple<Spec, Mask, Strategy>;
+class OutputMask : public testing::TestWithParam<MaskParam> {};
+
+TEST_P(OutputMask, SelectsExpectedGrads) {
+  const Spec& spec = std::get<0>(GetParam());
+  const Mask mask = std::get<1>(GetParam());
+  const Strategy strategy = std::get<2>(GetParam());
+  Bundle& b = cached_case(spec);
+  const BackwardOut out = gpu_backward(*b.host, b.dev, mask, strategy, test_stream());
+  if (!out.ran) return;  // unsupported: gpu_backward already required normkit::Error and untouched outputs
+  EXPECT_EQ(out.plan.mask.dx, mask.dx);
+  EXPECT_EQ(out.plan.mask.dweight, mask.dweight);
+  EXPECT_EQ(out.plan.mask.dbias, mask.dbias && !spec.rms);
+  EXPECT_EQ(out.dx.count() > 0, mask.dx);
+  EXPECT_EQ(out.dweight.count() > 0, mask.dweight);
+  EXPECT_EQ(out.dbias.count() > 0, mask.dbias && !spec.rms);
+  expect_backward_matches(*b.host, out, b.backward_ref());
+}
+
+std::vector<Spec> mask_ln_specs() {
+  return {ln_spec("mask_ln_M64_N768_f16", 64, 768, DT::F16), ln_spec("mask_ln_M300_N1024_bf16", 300, 1024, DT::BF16),
+          ln_spec("mask_ln_M1000_N512_f32", 1000, 512, DT::F32), ln_spec("mask_ln_M4096_N256_f16", 4096, 256, DT::F16),
+          ln_spec("mask_ln_M5_N3000_f16", 5, 3000, DT::F16)};
+}
+std::vector<Spec> mask_rms_specs() {
+  return {rms_spec("mask_rms_M64_N768_f16", 64, 768, DT::F16), rms_spec("mask_rms_M300_N1024_bf16", 300, 1024, DT::BF16),
+          rms_spec("mask_rms_M1000_N512_f32", 1000, 512, DT::F32), rms_spec("mask_rms_M4096_N256_f16", 4096, 256, DT::F16)};
+}
+
+std::string mask_param_name(const testing::TestParamInfo<MaskParam>& info) {
+  return std::get<0>(info.param).name + "_" + mask_id(std::get<1>(info.param)) + "_" +
+         strategy_id(std::get<2>(info.param));
+}
+
+// LayerNorm: dgamma+dbeta, dgamma only, dbeta only, dX only, all (and dX+dbeta).
+INSTANTIATE_TEST_SUITE_P(LayerNorm, OutputMask,
+                         testing::Combine(testing::ValuesIn(mask_ln_specs()),
+                                          testing::Values(Mask{false, true, true}, Mask{false, true, false},
+                                                          Mask{false, false, true}, Mask{true, false, false},
+                                                          Mask{true, true, true}, Mask{true, false, true}),
+                                          testing::ValuesIn(all_strategies())),
+                         mask_param_name);
+// RMSNorm: dX only, dweight only, both.
+INSTANTIATE_TEST_SUITE_P(RmsNorm, OutputMask,
+                         testing::Combine(testing::ValuesIn(mask_rms_specs()),
+                                          testing::Values(Mask{true, false, false}, Mask{false, true, false},
+                                                          Mask{true, true, false}),
+                                          testing::ValuesIn(all_strategies())),
+                         mask_param_name);
+
+// ---- odd N and unaligned rows (base pointer offset by one element) ----
+
+using OddParam = std::tuple<bool, std::int64_t, DType, std::int64_t>;  // rms, N, dtype, offset
+class OddN : public testing::TestWithParam<OddParam> {};
+
+TEST_P(OddN, ForwardAndBackwardMatchReference) {
+  const bool rms = std::get<0>(GetParam());
+  const std::int64_t n = std::get<1>(GetParam());
+  const DType t = std::get<2>(GetParam());
+  const std::int64_t offset = std::get<3>(GetParam());
+  const std::string name = std::string(rms ? "rms" : "ln") + "_odd_N" + std::to_string(n) + "_" + dtype_id(t) +
+                           "_off" + std::to_string(offset);
+  Spec spec = rms ? rms_spec(name, 130, n, t) : ln_spec(name, 130, n, t);
+  spec.offset = offset;
+  const double floor = n == 1 ? 1e-3 * std::sqrt(double(spec.M)) : 1e-30;
+  check_forward_and_backward(spec, floor);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layout, OddN,
+                         testing::Combine(testing::Bool(), testing::Values(1, 3, 1000, 1001, 1536, 3584),
+                                          testing::Values(DT::F16, DT::BF16, DT::F32), testing::Values(0, 1)),
+                         [](const testing::TestParamInfo<OddParam>& info) {
+                           return std::string(std::get<0>(info.param) ? "rms" : "ln") + "_N" +
+                                  std::to_string(std::get<1>(info.param)) + "_" + dtype_id(std::get<2>(info.param)) +
+                                  (std::get<3>(info.param) ? "_unaligned" : "_aligned");
+                         });
+
+// ---- undefined weight (and bias) at small and huge M ----
+
+Spec no_weight(Spec s, bool bias) {
+  s.has_weight = false;
+  s.has_bias = bias;
+  return s;
+}
+
+class UndefinedWeight : public testing::TestWithParam<Spec> {};
+
+TEST_P(UndefinedWeight, ForwardAndBackwardMatchReference) { check_forward_and_backward(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Weight, UndefinedWeight,
+    testing::Values(no_weight(ln_spec("ln_noweight_nobias_M37_N768_f16", 37, 768, DT::F16), false),
+                    no_weight(ln_spec("ln_noweight_bias_M1000_N1024_bf16", 1000, 1024, DT::BF16), true),
+                    no_weight(ln_spec("ln_noweight_nobias_M100000_N128_f16", 100000, 128, DT::F16), false),
+                    no_weight(ln_spec("ln_noweight_bias_M100000_N768_f32", 100000, 768, DT::F32), true),
+                    no_weight(rms_spec("rms_noweight_M37_N768_f16", 37, 768, DT::F16), false),
+                    no_weight(rms_spec("rms_noweight_M100000_N128_bf16", 100000, 128, DT::BF16), false)),
+    spec_name);
+
+// ---- large eps: 1e-5, 1e-3, 0.1, 1.0 (forward + backward) ----
+
+using EpsParam = std::tuple<bool, double, DType>;
+class LargeEps : public testing::TestWithParam<EpsParam> {};
+
+TEST_P(LargeEps, ForwardAndBackwardMatchReference) {
+  const bool rms = std::get<0>(GetParam());
+  const double eps = std::get<1>(GetParam());
+  const DType t = std::get<2>(GetParam());
+  const std::string name = std::string(rms ? "rms" : "ln") + "_eps" + std::to_string(eps) + "_" + dtype_id(t);
+  Spec spec = rms ? rms_spec(name, 512, 1024, t) : ln_spec(name, 512, 1024, t);
+  spec.eps = eps;
+  check_forward_and_backward(spec);
+}
+
+INSTANTIATE_TEST_SUITE_P(Eps, LargeEps,
+                         testing::Combine(testing::Bool(), testing::Values(1e-5, 1e-3, 0.1, 1.0),
+                                          testing::Values(DT::F16, DT::F32)),
+                         [](const testing::TestParamInfo<EpsParam>& info) {
+                           const double eps = std::get<1>(info.param);
+                           const std::string e = eps == 1e-5 ? "1em5" : eps == 1e-3 ? "1em3" : eps == 0.1 ? "0p1" : "1";
+                           return std::string(std::get<0>(info.param) ? "rms" : "ln") + "_eps" + e + "_" +
+                                  dtype_id(std::get<2>(info.param));
+                         });
+
+}  // namespace
+}  // namespace normkit::gputest

@@ -1,0 +1,343 @@
+// Large problems: the seed's two xfails (huge M with a multi-dim normalized shape; huge M with
+// undefined weight and defined bias) as passing tests, bitwise repeatability, wide rows
+// (N = 262144 bf16, N = 131072 fp32), M*N > 2^31 elements, and mixed precision (fp32 weight with
+// fp16/bf16 activations).
+#include <cstring>
+
+#include "harness.h"
+
+namespace normkit::gputest {
+namespace {
+
+using DT = DType;
+
+std::string spec_name(const testing::TestParamInfo<Spec>& info) { return info.param.name; }
+
+// ---- seed xfail 1: x (100000, 8, 16) normalized over (8, 16), weight (8, 16) ----
+// N = 8 * 16 = 128: dweight/dbias must have 128 values (the seed's huge-M branch sized its scratch
+// from size(-1) = 16). dweight/dbias are 128-element vectors followed by poisoned guards that
+// must stay untouched.
+
+class HugeMMultiDimNormalizedShape : public testing::TestWithParam<Spec> {};
+
+TEST_P(HugeMMultiDimNormalizedShape, GammaBetaHaveNValuesAndMatchReference) {
+  const Spec& spec = GetParam();
+  Bundle& b = cached_case(spec);
+  const RefBackward& ref = b.backward_ref();
+  ASSERT_EQ(ref.dweight.size(), 128u);
+  for (Strategy s : {Strategy::TwoPass, Strategy::Auto}) {
+    const BackwardOut out = gpu_backward(*b.host, b.dev, spec.full_mask(), s, test_stream());
+    ASSERT_TRUE(out.ran) << strategy_id(s) << " must serve M = 100000, N = 128";
+    if (s == Strategy::TwoPass) EXPECT_GT(out.plan.columns.row_parts, 1);
+    expect_backward_matches(*b.host, out, ref);
+  }
+  for (Strategy s : {Strategy::Simple, Strategy::Tiled, Strategy::Fused})
+    check_backward(*b.host, b.dev, ref, spec.full_mask(), s);
+  check_forward(*b.host, b.dev, reference_forward(*b.host));
+}
+
+// dweight/dbias sized like the last normalized dim (16) instead of N (128) must be rejected with
+// normkit::Error naming the argument, before anything is written.
+TEST_P(HugeMMultiDimNormalizedShape, GradientOfLastDimSizeIsRejected) {
+  const Spec& spec = GetParam();
+  Bundle& b = cached_case(spec);
+  const DType t = spec.dtype;
+  DeviceBuffer dx(std::size_t(spec.M * spec.N) * dtype_size(t)), dw(256 * dtype_size(t)), db(256 * dtype_size(t));
+  dx.poison(test_stream());
+  dw.poison(test_stream());
+  db.poison(test_stream());
+  for (int which = 0; which < 2; ++which) {
+    LayerNormBackwardArgs a;
+    a.dy = ConstRows{b.dev.dy.get(), t, spec.M, spec.N};
+    a.x = ConstRows{b.dev.x.get(), t, spec.M, spec.N};
+    a.mean = ConstVec{b.dev.mean.get(), DType::F32, spec.M};
+    a.rstd = ConstVec{b.dev.rstd.get(), DType::F32, spec.M};
+    a.weight = ConstVec{b.dev.weight.get(), t, spec.N};
+    a.dx = Rows{dx.get(), t, spec.M, spec.N};
+    a.dweight = Vec{dw.get(), t, which == 0 ? 16 : spec.N};
+    a.dbias = Vec{db.get(), t, which == 1 ? 16 : spec.N};
+    for (Strategy s : {Strategy::TwoPass, Strategy::Auto}) {
+      try {
+        layer_norm_backward(a, ExecConfig{Device::Cuda, test_stream(), s});
+        ADD_FAILURE() << "a 16-element " << (which == 0 ? "dweight" : "dbias") << " for N = 128 was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(which == 0 ? "dweight" : "dbias"), std::string::npos) << e.what();
+      }
+    }
+  }
+  NK_CUDA(cudaStreamSynchronize(test_stream()));
+  for (const DeviceBuffer* d : {&dx, &dw, &db}) {
+    const HostBuffer h = d->download(t, test_stream());
+    EXPECT_EQ(unpoisoned_bytes(h, 0, h.count()), 0) << "a rejected call wrote an output";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SeedXfail, HugeMMultiDimNormalizedShape,
+                         testing::Values(ln_spec("ln_M100000_8x16_f16", 100000, 8 * 16, DT::F16),
+                                         ln_spec("ln_M100000_8x16_f32", 100000, 8 * 16, DT::F32)),
+                         spec_name);
+
+// ---- seed xfail 2: huge M, weight undefined, bias defined: dbias has N values, dweight absent ----
+
+class HugeMUndefinedWeight : public testing::TestWithParam<Spec> {};
+
+TEST_P(HugeMUndefinedWeight, DbiasHasNValuesAndMatchesReference) {
+  const Spec& spec = GetParam();
+  ASSERT_FALSE(spec.has_weight);
+  ASSERT_TRUE(spec.bias_present());
+  Bundle& b = cached_case(spec);
+  const RefBackward& ref = b.backward_ref();
+  check_forward(*b.host, b.dev, reference_forward(*b.host));
+  for (Strategy s : all_strategies()) {
+    for (Mask mask : {Mask{true, false, true}, Mask{false, false, true}}) {
+      SCOPED_TRACE(strategy_id(s) + " " + mask_id(mask));
+      const BackwardOut out = gpu_backward(*b.host, b.dev, mask, s, test_stream());
+      if (s == Strategy::TwoPass || s == Strategy::Auto) ASSERT_TRUE(out.ran);
+      if (!out.ran) continue;
+      EXPECT_EQ(out.dweight.count(), 0);
+      ASSERT_EQ(out.dbias.count(), spec.N + kGuard);
+      expect_backward_matches(*b.host, out, ref);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SeedXfail, HugeMUndefinedWeight,
+                         testing::Values(
+                             [] {
+                               Spec s = ln_spec("ln_M100000_N128_noweight_bias_f16", 100000, 128, DT::F16);
+                               s.has_weight = false;
+                               return s;
+                             }(),
+                             [] {
+                               Spec s = ln_spec("ln_M100000_N128_noweight_bias_bf16", 100000, 128, DT::BF16);
+                               s.has_weight = false;
+                               return s;
+                             }()),
+                         spec_name);
+
+// ---- bitwise repeatability ----
+
+bool same_bits(const HostBuffer& a, const HostBuffer& b) { return a.bytes == b.bytes; }
+
+void expect_same_bits(const BackwardOut& a, const BackwardOut& b, const std::string& what) {
+  EXPECT_TRUE(same_bits(a.dx, b.dx)) << what << ": dx differs between identical calls";
+  EXPECT_TRUE(same_bits(a.dweight, b.dweight)) << what << ": dweight differs between identical calls";
+  EXPECT_TRUE(same_bits(a.dbias, b.dbias)) << what << ": dbias differs between identical calls";
+}
+
+class Repeatability : public testing::TestWithParam<Spec> {};
+
+TEST_P(Repeatability, SameCallTwiceGivesIdenticalBits) {
+  const Spec& spec = GetParam();
+  Bundle& b = cached_case(spec);
+  for (Strategy s : all_strategies())
+    for (Mask mask : {spec.full_mask(), Mask{false, true, !spec.rms}}) {
+      SCOPED_TRACE(strategy_id(s) + " " + mask_id(mask));
+      const BackwardOut first = gpu_backward(*b.host, b.dev, mask, s, test_stream());
+      if (!first.ran) continue;
+      expect_backward_matches(*b.host, first, b.backward_ref());  // identical bits must also be right
+      const BackwardOut second = gpu_backward(*b.host, b.dev, mask, s, test_stream());
+      ASSERT_TRUE(second.ran);
+      expect_same_bits(first, second, strategy_id(s));
+      // The allocating overload gives the same bits as the explicit-workspace one.
+      const BackwardOut third = gpu_backward(*b.host, b.dev, mask, s, test_stream(), WsMode::Convenience);
+      expect_same_bits(first, third, strategy_id(s) + " (allocating overload)");
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Bitwise, Repeatability,
+                         testing::Values(ln_spec("repeat_ln_M4096_N1024_f16", 4096, 1024, DT::F16),
+                                         ln_spec("repeat_ln_M100000_N128_bf16", 100000, 128, DT::BF16),
+                                         rms_spec("repeat_rms_M4096_N1024_bf16", 4096, 1024, DT::BF16)),
+                         spec_name);
+
+TEST(Bitwise, FusedTwentyRunsOnALargeCaseAreIdentical) {
+  const Spec spec = ln_spec("repeat20_ln_M32768_N4096_bf16", 32768, 4096, DT::BF16);
+  Bundle& b = cached_case(spec);
+  const BackwardOut first = gpu_backward(*b.host, b.dev, spec.full_mask(), Strategy::Fused, test_stream());
+  ASSERT_TRUE(first.ran) << "fused should serve N = 4096 bf16: " << first.why_not;
+  expect_backward_matches(*b.host, first, b.backward_ref());
+  for (int run = 1; run < 20; ++run) {
+    const BackwardOut again = gpu_backward(*b.host, b.dev, spec.full_mask(), Strategy::Fused, test_stream());
+    ASSERT_TRUE(again.ran);
+    expect_same_bits(first, again, "fused run " + std::to_string(run));
+    if (HasFailure()) break;
+  }
+  drop_cached_case(spec.name);
+}
+
+// ---- wide rows ----
+
+class WideRows : public testing::TestWithParam<Spec> {};
+
+TEST_P(WideRows, ForwardAndBackwardMatchReference) { check_forward_and_backward(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Wide, WideRows,
+                         testing::Values(ln_spec("ln_M8_N262144_bf16", 8, 262144, DT::BF16),
+                                         ln_spec("ln_M3_N262144_bf16", 3, 262144, DT::BF16),
+                                         ln_spec("ln_M4_N131072_f32", 4, 131072, DT::F32),
+                                         ln_spec("ln_M300_N131072_f32", 300, 131072, DT::F32),
+                                         rms_spec("rms_M8_N262144_bf16", 8, 262144, DT::BF16),
+                                         rms_spec("rms_M4_N131072_f32", 4, 131072, DT::F32)),
+                         spec_name);
+
+// ---- mixed precision: fp32 weight/bias/dweight/dbias with fp16/bf16 activations ----
+
+Spec f32_weight(Spec s) {
+  s.wdtype = DT::F32;
+  return s;
+}
+
+class MixedPrecision : public testing::TestWithParam<Spec> {};
+
+TEST_P(MixedPrecision, ForwardAndBackwardMatchReference) { check_forward_and_backward(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Mixed, MixedPrecision,
+    testing::Values(f32_weight(ln_spec("ln_M4096_N1024_bf16_w32", 4096, 1024, DT::BF16)),
+                    f32_weight(ln_spec("ln_M8192_N768_f16_w32", 8192, 768, DT::F16)),
+                    [] {
+                      Spec s = f32_weight(ln_spec("ln_M1000_N1001_f16_w32_unaligned", 1000, 1001, DT::F16));
+                      s.offset = 1;
+                      return s;
+                    }(),
+                    [] {
+                      Spec s = f32_weight(ln_spec("ln_M2000_N512_bf16_noweight_b32", 2000, 512, DT::BF16));
+                      s.has_weight = false;
+                      return s;
+                    }(),
+                    f32_weight(ln_spec("ln_M32_N8192_f16_w32", 32, 8192, DT::F16)),
+                    f32_weight(rms_spec("rms_M4096_N1024_bf16_w32", 4096, 1024, DT::BF16)),
+                    f32_weight(rms_spec("rms_M8192_N768_f16_w32", 8192, 768, DT::F16))),
+    spec_name);
+
+// ---- M * N > 2^31 elements ----
+// M = 2^20 + 3, N = 2049, bf16: 2,148,538,371 elements (4.3 GB) per tensor. Every dx element must
+// be written (finite); dx and y of sample rows (around the 2^31-byte and 2^31-element offsets and
+// the last rows) are compared with the reference; mean/rstd of every row with the CPU forward;
+// dweight/dbias with a multithreaded float64 sum over all rows.
+
+/// dweight/dbias over all rows in float64, from the same mean/rstd the GPU used.
+void gamma_beta_f64(const HostCase& hc, std::vector<double>& dw, std::vector<double>& db) {
+  const Spec& s = hc.spec;
+  const std::int64_t n = s.N, grain = 2048;
+  const std::int64_t chunks = chunk_count(s.M, grain);
+  std::vector<double> pw(std::size_t(chunks * n), 0.0), pb(std::size_t(chunks * n), 0.0);
+  const Layout lx = s.x_layout(), ldy = s.dy_layout();
+  parallel_chunks(s.M, grain, [&](std::int64_t chunk, std::int64_t r0, std::int64_t r1) {
+    double* w = pw.data() + chunk * n;
+    double* b = pb.data() + chunk * n;
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const double mean = s.rms ? 0.0 : hc.mean.get(r), rstd = hc.rstd.get(r);
+      for (std::int64_t c = 0; c < n; ++c) {
+        const double g = hc.dy.get(ldy.at(r, c));
+        w[c] += g * (hc.x.get(lx.at(r, c)) - mean) * rstd;
+        b[c] += g;
+      }
+    }
+  });
+  dw.assign(std::size_t(n), 0.0);
+  db.assign(std::size_t(n), 0.0);
+  for (std::int64_t k = 0; k < chunks; ++k)
+    for (std::int64_t c = 0; c < n; ++c) {
+      dw[std::size_t(c)] += pw[std::size_t(k * n + c)];
+      db[std::size_t(c)] += pb[std::size_t(k * n + c)];
+    }
+}
+
+/// Elements of a packed matrix buffer that are not finite (unwritten elements read as NaN).
+std::int64_t non_finite(const HostBuffer& b, std::int64_t count) {
+  const std::int64_t grain = std::int64_t(1) << 22;
+  std::vector<std::int64_t> parts(std::size_t(chunk_count(count, grain)), 0);
+  parallel_chunks(count, grain, [&](std::int64_t chunk, std::int64_t i0, std::int64_t i1) {
+    std::int64_t k = 0;
+    for (std::int64_t i = i0; i < i1; ++i) k += !std::isfinite(b.get(i));
+    parts[std::size_t(chunk)] = k;
+  });
+  std::int64_t total = 0;
+  for (std::int64_t k : parts) total += k;
+  return total;
+}
+
+void check_rows_of(const HostBuffer& got, std::int64_t n, const std::vector<std::int64_t>& rows,
+                   const std::vector<double>& ref_rows, double tol, const char* what) {
+  Err e;
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    for (std::int64_t c = 0; c < n; ++c)
+      e.add(got.get(rows[i] * n + c), ref_rows[i * std::size_t(n) + std::size_t(c)], std::int64_t(i) * n + c);
+  EXPECT_LE(e.rel(), tol) << what << " (sample rows): " << e.describe();
+}
+
+TEST(Huge, MoreThan2Pow31Elements) {
+  const std::int64_t M = (std::int64_t(1) << 20) + 3, N = 2049;
+  ASSERT_GT(M * N, std::int64_t(1) << 31);
+  std::size_t free_bytes = 0, total_bytes = 0;
+  NK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const std::size_t tensor = std::size_t(M * N) * 2;
+  if (free_bytes < 4 * tensor + (std::size_t(1) << 30))
+    GTEST_SKIP() << "needs " << 4 * tensor / (1 << 20) << " MiB of device memory, " << free_bytes / (1 << 20)
+                 << " MiB free";
+  cudaStream_t stream = test_stream();
+  const std::vector<std::int64_t> rows{0,
+                                       1,
+                                       (std::int64_t(1) << 30) / N - 1,  // around byte offset 2^31 (bf16)
+                                       (std::int64_t(1) << 30) / N,
+                                       (std::int64_t(1) << 30) / N + 1,
+                                       (std::int64_t(1) << 31) / N - 1,  // around element offset 2^31
+                                       (std::int64_t(1) << 31) / N,
+                                       (std::int64_t(1) << 31) / N + 1,
+                                       M - 2,
+                                       M - 1};
+
+  auto hc = make_host_case(ln_spec("ln_M1048579_N2049_bf16", M, N, DT::BF16));
+  DeviceCase dc = upload_case(*hc, stream);
+
+  for (bool rms : {false, true}) {
+    SCOPED_TRACE(rms ? "rms_norm" : "layer_norm");
+    if (rms) {  // same x/dy: switch the op and recompute the statistics with the CPU forward
+      hc->spec.rms = true;
+      hc->spec.has_bias = false;
+      hc->spec.eps = 1e-6;
+      hc->bias = HostBuffer();
+      compute_stats(*hc);
+      dc.rstd.upload(hc->rstd, stream);
+    }
+    const Spec& spec = hc->spec;
+    const auto sample = take_rows(*hc, rows);
+
+    {  // forward: mean/rstd of every row, y of the sample rows, every y element written
+      const ForwardOut f = gpu_forward(*hc, dc, stream);
+      EXPECT_EQ(non_finite(f.y, M * N), 0) << "y: unwritten or non-finite elements";
+      const RefForward ref = reference_forward(*sample);
+      check_rows_of(f.y, N, rows, ref.y, test::tolerance(DT::BF16), "y");
+      const Err er = compare_vector(f.rstd, M, hc->rstd.to_double());
+      EXPECT_LE(er.rel(), 1e-5) << "rstd vs CPU forward: " << er.describe();
+      if (!rms) {
+        const Err em = compare_vector(f.mean, M, hc->mean.to_double());
+        EXPECT_LE(em.rel(), 1e-5) << "mean vs CPU forward: " << em.describe();
+      }
+    }
+
+    const RefBackward sample_ref = reference_backward(*sample);
+    std::vector<double> dw, db;
+    gamma_beta_f64(*hc, dw, db);
+    for (Strategy s : {Strategy::Auto, Strategy::Fused}) {
+      SCOPED_TRACE(strategy_id(s));
+      const BackwardOut out = gpu_backward(*hc, dc, spec.full_mask(), s, stream);
+      if (!out.ran) continue;  // fused unsupported: gpu_backward required normkit::Error
+      EXPECT_EQ(non_finite(out.dx, M * N), 0) << "dx: unwritten or non-finite elements";
+      check_rows_of(out.dx, N, rows, sample_ref.dx, test::tolerance(DT::BF16), "dx");
+      const Err ew = compare_vector(out.dweight, N, dw);
+      EXPECT_LE(ew.rel(), test::tolerance(DT::BF16)) << "dweight: " << ew.describe();
+      EXPECT_EQ(unpoisoned_bytes(out.dweight, N, N + kGuard), 0);
+      if (!rms) {
+        const Err eb = compare_vector(out.dbias, N, db);
+        EXPECT_LE(eb.rel(), test::tolerance(DT::BF16)) << "dbias: " << eb.describe();
+        EXPECT_EQ(unpoisoned_bytes(out.dbias, N, N + kGuard), 0);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace normkit::gputest

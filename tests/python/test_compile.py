@@ -1,0 +1,132 @@
+"""normkit under torch.compile(fullgraph=True) and inside a captured CUDA graph."""
+import copy
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+normkit = pytest.importorskip("normkit")
+
+from nk_testutil import assert_close, device  # noqa: E402
+
+DEV = device()
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+class TinyTransformerBlock(torch.nn.Module):
+    """Pre-norm attention + MLP, LayerNorm on the attention branch, RMSNorm on the MLP branch and
+    a final LayerNorm over a multi-dim normalized shape."""
+
+    def __init__(self, d=64, heads=4, vocab=97):
+        super().__init__()
+        self.heads = heads
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.ln1 = normkit.nn.LayerNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.proj = torch.nn.Linear(d, d)
+        self.rms = normkit.nn.RMSNorm(d, eps=1e-6)
+        self.fc1 = torch.nn.Linear(d, 4 * d)
+        self.fc2 = torch.nn.Linear(4 * d, d)
+        self.ln_f = normkit.nn.LayerNorm((heads, d // heads))
+        self.head = torch.nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        b, t = tokens.shape
+        h = self.emb(tokens)
+        q, k, v = self.qkv(self.ln1(h)).view(b, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        h = h + self.proj(a.transpose(1, 2).reshape(b, t, -1))
+        h = h + self.fc2(torch.nn.functional.gelu(self.fc1(self.rms(h))))
+        h = self.ln_f(h.view(b, t, self.heads, -1)).view(b, t, -1)
+        return self.head(h)
+
+
+def _train(model, step_fn, data, steps=10):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for i in range(steps):
+        tokens, targets = data[i]
+        opt.zero_grad(set_to_none=True)
+        loss = step_fn(tokens, targets)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_transformer_block_trains_identically_under_torch_compile():
+    torch.manual_seed(0)
+    model = TinyTransformerBlock().to(DEV)
+    compiled_model = copy.deepcopy(model)
+    g = torch.Generator(device=DEV).manual_seed(1)
+    data = [(torch.randint(0, 97, (4, 24), generator=g, device=DEV),
+             torch.randint(0, 97, (4, 24), generator=g, device=DEV)) for _ in range(10)]
+
+    def loss_of(m):
+        return lambda tokens, targets: torch.nn.functional.cross_entropy(m(tokens).flatten(0, 1), targets.flatten())
+
+    eager = _train(model, loss_of(model), data)
+    torch._dynamo.reset()
+    # inductor on CUDA; on the CPU aot_eager still traces the ops' fake kernels and autograd
+    backend = "inductor" if DEV == "cuda" else "aot_eager"
+    step = torch.compile(loss_of(compiled_model), fullgraph=True, backend=backend)
+    compiled = _train(compiled_model, step, data)
+    assert all(math.isfinite(v) for v in compiled)
+    assert compiled[-1] < compiled[0]  # it trains
+    for i, (a, b) in enumerate(zip(eager, compiled)):
+        assert abs(a - b) <= 1e-4 * abs(b) + 1e-5, f"step {i}: eager {a} vs compiled {b}"
+    for (n, p), (_, q) in zip(model.named_parameters(), compiled_model.named_parameters()):
+        assert_close(n, q, p, 1e-4)
+
+
+def test_compiled_graph_calls_normkit_ops():
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend("aot_eager")
+    ln = normkit.nn.LayerNorm(32).to(DEV)
+    x = torch.randn(4, 32, device=DEV, requires_grad=True)
+    fn = torch.compile(lambda t: ln(t).sum(), fullgraph=True, backend=counter)
+    fn(x).backward()
+    assert counter.frame_count == 1
+    graph_ops = {str(n.target) for gm in counter.graphs for n in gm.graph.nodes if n.op == "call_function"}
+    assert any("normkit.layer_norm_forward" in o for o in graph_ops), graph_ops
+
+
+@needs_cuda
+def test_cuda_graph_capture_and_replay():
+    torch.manual_seed(0)
+    dtype = torch.bfloat16
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), normkit.nn.LayerNorm(1024),
+                                torch.nn.Linear(1024, 512), normkit.nn.RMSNorm(512)).cuda().to(dtype)
+    static_x = torch.randn(2048, 256, device="cuda", dtype=dtype)
+    static_dy = torch.randn(2048, 512, device="cuda", dtype=dtype)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            model.zero_grad(set_to_none=True)
+            model(static_x).backward(static_dy)
+    torch.cuda.current_stream().wait_stream(s)
+
+    graph = torch.cuda.CUDAGraph()
+    model.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        static_y = model(static_x)
+        static_y.backward(static_dy)
+
+    for seed in (1, 2):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        static_x.copy_(torch.randn(2048, 256, device="cuda", generator=g).to(dtype))
+        static_dy.copy_(torch.randn(2048, 512, device="cuda", generator=g).to(dtype))
+        graph.replay()
+        replayed = {n: p.grad.clone() for n, p in model.named_parameters()}
+        y_replayed = static_y.clone()
+        # eager on the same inputs
+        eager_model = copy.deepcopy(model)
+        eager_model.zero_grad(set_to_none=True)
+        y = eager_model(static_x.clone())
+        y.backward(static_dy.clone())
+        assert_close("y", y_replayed, y, 1e-3)
+        for n, p in eager_model.named_parameters():
+            assert_close(f"{n}.grad (seed {seed})", replayed[n], p.grad, 1e-3)

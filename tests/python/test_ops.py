@@ -1,0 +1,271 @@
+"""torch.ops.normkit.*: opcheck (schema, fake kernels, autograd registration, AOT dispatch),
+gradcheck in float64, forced strategies, error messages, empty and meta tensors."""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+normkit = pytest.importorskip("normkit")
+
+from nk_testutil import TOL, assert_close, device, make_inputs, reference  # noqa: E402
+
+DEV = device()
+ops = torch.ops.normkit
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+# (x shape, normalized_shape)
+SHAPES = [((16, 64), (64,)), ((3, 5, 40), (40,)), ((2, 3, 4, 8), (4, 8)), ((1, 1), (1,))]
+DTYPES = [torch.float32, torch.float64] + ([torch.float16, torch.bfloat16] if DEV == "cuda" else [torch.bfloat16])
+LN_MASKS = [[True, True, True], [False, True, True], [True, False, True], [True, True, False], [False, False, True]]
+
+
+def _opcheck(op, args):
+    result = torch.library.opcheck(op, args)
+    bad = {k: v for k, v in result.items() if v != "SUCCESS"}
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("shape,ns", SHAPES, ids=lambda v: "x".join(map(str, v)))
+def test_opcheck_layer_norm(shape, ns):
+    for dtype in DTYPES:
+        for affine, bias in ((True, True), (True, False), (False, False)):
+            x, dy, w, b = make_inputs(shape, ns, dtype, DEV, affine=affine, bias=bias)
+            # forward with inputs that require grad: also exercises the autograd formula
+            args = (x.requires_grad_(), list(ns), w.requires_grad_() if w is not None else None,
+                    b.requires_grad_() if b is not None else None, 1e-5)
+            _opcheck(ops.layer_norm_forward.default, args)
+            x = x.detach()
+            w = w.detach() if w is not None else None
+            b = b.detach() if b is not None else None
+            _, mean, rstd = ops.layer_norm_forward(x, list(ns), w, b, 1e-5)
+            for mask in LN_MASKS:
+                _opcheck(ops.layer_norm_backward.default, (dy, x, list(ns), mean, rstd, w, b, mask, "auto"))
+            # weight undefined but bias defined: dbias only (the huge-M bug's configuration)
+            b2 = make_inputs(shape, ns, dtype, DEV)[3]
+            _, mean, rstd = ops.layer_norm_forward(x, list(ns), None, b2, 1e-5)
+            _opcheck(ops.layer_norm_backward.default, (dy, x, list(ns), mean, rstd, None, b2, [True, True, True]))
+
+
+@pytest.mark.parametrize("shape,ns", SHAPES, ids=lambda v: "x".join(map(str, v)))
+def test_opcheck_rms_norm(shape, ns):
+    for dtype in DTYPES:
+        for affine in (True, False):
+            x, dy, w, _ = make_inputs(shape, ns, dtype, DEV, affine=affine)
+            for eps in (None, 1e-6):
+                _opcheck(ops.rms_norm_forward.default,
+                         (x.requires_grad_(), list(ns), w.requires_grad_() if w is not None else None, eps))
+            x = x.detach()
+            w = w.detach() if w is not None else None
+            _, rstd = ops.rms_norm_forward(x, list(ns), w, None)
+            for mask in ([True, True], [True, False], [False, True]):
+                _opcheck(ops.rms_norm_backward.default, (dy, x, list(ns), rstd, w, mask, "auto"))
+
+
+def _gradcheck_device(dev):
+    g = torch.Generator().manual_seed(0)
+
+    def mk(*shape):
+        return (torch.randn(*shape, generator=g, dtype=torch.float64) + 0.3).to(dev).requires_grad_()
+
+    for shape, ns in (((5, 12), (12,)), ((2, 3, 2, 5), (2, 5))):
+        x, w, b = mk(*shape), mk(*ns), mk(*ns)
+        assert torch.autograd.gradcheck(lambda x, w, b: normkit.layer_norm(x, ns, w, b, 1e-5), (x, w, b))
+        assert torch.autograd.gradcheck(lambda x, b: normkit.layer_norm(x, ns, None, b, 1e-5), (x, b))
+        assert torch.autograd.gradcheck(lambda x: normkit.layer_norm(x, ns, None, None, 1e-5), (x,))
+        assert torch.autograd.gradcheck(lambda x, w: normkit.rms_norm(x, ns, w, 1e-6), (x, w))
+        assert torch.autograd.gradcheck(lambda x: normkit.rms_norm(x, ns), (x,))
+
+
+def test_gradcheck_fp64_cpu():
+    _gradcheck_device("cpu")
+
+
+@needs_cuda
+def test_gradcheck_fp64_cuda():
+    _gradcheck_device("cuda")
+
+
+def test_double_backward_raises():
+    x, _, w, b = make_inputs((4, 16), (16,), torch.float64, DEV)
+    x.requires_grad_()
+    w.requires_grad_()
+    for fn in (lambda: normkit.layer_norm(x, (16,), w, b), lambda: normkit.rms_norm(x, (16,), w)):
+        (gx,) = torch.autograd.grad(fn().pow(2).sum(), x, create_graph=True)
+        with pytest.raises(RuntimeError, match="double backward is not supported"):
+            gx.sum().backward()
+
+
+def test_stats_shapes_and_dtypes():
+    for dtype in DTYPES:
+        x = torch.randn(2, 3, 4, 8, device=DEV).to(dtype)
+        y, mean, rstd = ops.layer_norm_forward(x, [4, 8], None, None, 1e-5)
+        stat = torch.float64 if dtype == torch.float64 else torch.float32
+        assert y.dtype == dtype and y.shape == x.shape and y.is_contiguous()
+        assert mean.shape == (2, 3, 1, 1) and mean.dtype == stat and rstd.dtype == stat
+        y, rstd = ops.rms_norm_forward(x, [8], None, None)
+        assert rstd.shape == (2, 3, 4, 1) and rstd.dtype == stat
+
+
+def test_rms_norm_eps_none_is_finfo_eps():
+    for dtype in DTYPES:
+        # a tiny-magnitude input makes eps matter
+        x = (torch.randn(8, 32, device=DEV) * 1e-3).to(dtype)
+        y, rstd = ops.rms_norm_forward(x, [32], None, None)
+        ref = 1.0 / torch.sqrt(x.double().cpu().pow(2).mean(-1, keepdim=True) + torch.finfo(dtype).eps)
+        assert_close(f"rstd {dtype}", rstd, ref, 1e-5)
+        wrong = 1.0 / torch.sqrt(x.double().cpu().pow(2).mean(-1, keepdim=True) + 1e-5)
+        assert not torch.allclose(rstd.double().cpu(), wrong, rtol=1e-4)
+
+
+def test_fp32_weight_with_half_activations():
+    for dtype in (torch.float16, torch.bfloat16):
+        x, dy, w, b = make_inputs((64, 256), (256,), dtype, DEV, weight_dtype=torch.float32)
+        y, mean, rstd = ops.layer_norm_forward(x, [256], w, b, 1e-5)
+        dx, dw, db = ops.layer_norm_backward(dy, x, [256], mean, rstd, w, b, [True, True, True])
+        assert y.dtype == dtype and dx.dtype == dtype and dw.dtype == torch.float32 and db.dtype == torch.float32
+        reference("ln", x, (256,), w, b, 1e-5, dy, {"y": y, "dx": dx, "dw": dw, "db": db}, TOL[dtype])
+
+
+def test_empty_rows():
+    for dtype in (torch.float32, torch.float64):
+        x = torch.empty(0, 7, 16, device=DEV, dtype=dtype)
+        w = torch.ones(16, device=DEV, dtype=dtype)
+        y, mean, rstd = ops.layer_norm_forward(x, [16], w, w, 1e-5)
+        assert y.shape == x.shape and mean.shape == (0, 7, 1)
+        dx, dw, db = ops.layer_norm_backward(x, x, [16], mean, rstd, w, w, [True, True, True])
+        assert dx.shape == x.shape and torch.equal(dw, torch.zeros_like(w)) and torch.equal(db, torch.zeros_like(w))
+        y, rstd = ops.rms_norm_forward(x, [16], w, None)
+        dx, dw = ops.rms_norm_backward(x, x, [16], rstd, w, [True, True])
+        assert dx.shape == x.shape and torch.equal(dw, torch.zeros_like(w))
+
+
+def test_meta_and_fake_tensors():
+    x = torch.empty(6, 4, 8, device="meta", dtype=torch.bfloat16)
+    w = torch.empty(4, 8, device="meta", dtype=torch.float32)
+    y, mean, rstd = ops.layer_norm_forward(x, [4, 8], w, None, 1e-5)
+    assert y.device.type == "meta" and y.dtype == torch.bfloat16 and mean.shape == (6, 1, 1)
+    dx, dw, db = ops.layer_norm_backward(x, x, [4, 8], mean, rstd, w, None, [True, True, True])
+    assert dx.shape == x.shape and dw.dtype == torch.float32 and dw.shape == (4, 8) and db.dtype == torch.float32
+    dx, dw, db = ops.layer_norm_backward(x, x, [4, 8], mean, rstd, None, None, [True, True, True])
+    assert dw is None and db.dtype == torch.bfloat16 and db.shape == (4, 8)
+
+
+# ---------------------------------------------------------------------------------------------
+# errors: every message names the offending argument
+# ---------------------------------------------------------------------------------------------
+
+def test_bad_inputs_raise_clear_errors():
+    x = torch.randn(4, 16, device=DEV)
+    w = torch.ones(16, device=DEV)
+    cases = [
+        ("weight.*shape", lambda: normkit.layer_norm(x, (16,), torch.ones(15, device=DEV))),
+        ("bias.*shape", lambda: normkit.layer_norm(x, (16,), w, torch.ones(4, 4, device=DEV))),
+        ("weight.*shape", lambda: normkit.rms_norm(x, (16,), torch.ones(17, device=DEV))),
+        ("normalized_shape", lambda: normkit.layer_norm(x, (8,), None)),
+        ("normalized_shape", lambda: normkit.layer_norm(x, (2, 4, 16), None)),
+        ("normalized_shape", lambda: ops.layer_norm_forward(x, [], None, None, 1e-5)),
+        ("'x' has dtype", lambda: normkit.layer_norm(torch.ones(4, 16, dtype=torch.int32, device=DEV), (16,))),
+        ("'x' has dtype", lambda: normkit.rms_norm(torch.ones(4, 16, dtype=torch.int64, device=DEV), (16,))),
+        ("'weight' has dtype", lambda: normkit.layer_norm(x, (16,), torch.ones(16, dtype=torch.int32, device=DEV))),
+        # fp16 weight with fp32 x: W must be x's dtype or float32
+        ("weight", lambda: normkit.layer_norm(x, (16,), w.half())),
+        ("weight", lambda: normkit.rms_norm(x.bfloat16(), (16,), w.half())),
+        # bias dtype must match the weight's
+        ("bias", lambda: normkit.layer_norm(x.half(), (16,), w, w.half())),
+        ("eps", lambda: normkit.layer_norm(x, (16,), w, None, eps=-1.0)),
+        ("eps", lambda: normkit.rms_norm(x, (16,), w, eps=float("nan"))),
+        ("strategy", lambda: _backward(x, w, strategy="fastest")),
+        ("grad_out", lambda: _backward(x, w, dy=torch.ones(4, 15, device=DEV))),
+        ("grad_out", lambda: _backward(x, w, dy=torch.ones(4, 16, device=DEV, dtype=torch.float64))),
+        ("rstd", lambda: ops.layer_norm_backward(x, x, [16], torch.zeros(4, device=DEV), torch.zeros(3, device=DEV),
+                                                 w, None, [True, True, True])),
+        ("mean", lambda: ops.layer_norm_backward(x, x, [16], torch.zeros(4, device=DEV, dtype=torch.float64),
+                                                 torch.ones(4, device=DEV), w, None, [True, True, True])),
+    ]
+    for pattern, fn in cases:
+        with pytest.raises(RuntimeError, match=pattern):
+            fn()
+
+
+def _backward(x, w, strategy="auto", dy=None):
+    _, mean, rstd = ops.layer_norm_forward(x, [16], w, None, 1e-5)
+    dy = torch.ones_like(x) if dy is None else dy
+    return ops.layer_norm_backward(dy, x, [16], mean, rstd, w, None, [True, True, True], strategy)
+
+
+@needs_cuda
+def test_cpu_and_cuda_mixed_raise():
+    x = torch.randn(4, 16, device="cuda")
+    with pytest.raises(RuntimeError, match="'weight' is on cpu"):
+        normkit.layer_norm(x, (16,), torch.ones(16))
+
+
+def test_unsupported_forced_strategy_raises_not_substitutes():
+    # fused keeps a row in registers: N = 300000 bf16 cannot fit, and normkit must say so
+    ok, why = normkit.strategy_supported("layer_norm", 64, 300000, torch.bfloat16, strategy="fused")
+    assert not ok and "fused" in why
+    with pytest.raises(RuntimeError, match="fused"):
+        normkit.plan_backward("layer_norm", 64, 300000, torch.bfloat16, strategy="fused")
+    dtype = torch.bfloat16
+    x, dy, w, b = make_inputs((8, 300000), (300000,), dtype, DEV)
+    y, mean, rstd = ops.layer_norm_forward(x, [300000], w, b, 1e-5)
+    with pytest.raises(RuntimeError, match="strategy 'fused' cannot serve"):
+        ops.layer_norm_backward(dy, x, [300000], mean, rstd, w, b, [True, True, True], "fused")
+    with pytest.raises(RuntimeError, match="strategy 'fused' cannot serve"), normkit.backward_strategy("fused"):
+        normkit.layer_norm(x, (300000,), w.detach().requires_grad_(), b).backward(dy)
+    # auto picks something that serves it
+    dx, dw, db = ops.layer_norm_backward(dy, x, [300000], mean, rstd, w, b, [True, True, True], "auto")
+    reference("ln", x, (300000,), w, b, 1e-5, dy, {"dx": dx, "dw": dw, "db": db}, TOL[dtype])
+
+
+# seed-like shapes spanning every band, the two-pass regime and a wide row
+STRATEGY_SHAPES = [((8, 1024), torch.float16), ((96, 768), torch.bfloat16), ((4096, 1024), torch.float16),
+                   ((131072, 64), torch.float16), ((256, 8192), torch.float32), ((512, 40000), torch.bfloat16)]
+
+
+@needs_cuda
+def test_every_forced_strategy_gives_the_same_grads():
+    for (m, n), dtype in STRATEGY_SHAPES:
+        for op in ("layer_norm", "rms_norm"):
+            x, dy, w, b = make_inputs((m, n), (n,), dtype, "cuda")
+            results = {}
+            for strategy in normkit.STRATEGIES:
+                ok, why = normkit.strategy_supported(op, m, n, dtype, strategy=strategy)
+                if op == "layer_norm":
+                    y, mean, rstd = ops.layer_norm_forward(x, [n], w, b, 1e-5)
+                    call = lambda s: ops.layer_norm_backward(dy, x, [n], mean, rstd, w, b, [True, True, True], s)
+                else:
+                    y, rstd = ops.rms_norm_forward(x, [n], w, 1e-6)
+                    call = lambda s: ops.rms_norm_backward(dy, x, [n], rstd, w, [True, True], s)
+                if not ok:
+                    with pytest.raises(RuntimeError, match=f"strategy '{strategy}' cannot serve"):
+                        call(strategy)
+                    continue
+                grads = call(strategy)
+                assert normkit.plan_backward(op, m, n, dtype, strategy=strategy).split()[0] in normkit.STRATEGIES
+                results[strategy] = grads
+            assert {"auto", "simple", "tiled", "two_pass"} <= set(results), (m, n, op, list(results))
+            kind = "ln" if op == "layer_norm" else "rms"
+            for strategy, grads in results.items():
+                out = dict(zip(("dx", "dw", "db"), grads))
+                try:
+                    reference(kind, x, (n,), w, b if kind == "ln" else None, 1e-5 if kind == "ln" else 1e-6, dy,
+                              out, TOL[dtype], check=("dx", "dw", "db"))
+                except AssertionError as e:
+                    raise AssertionError(f"{op} {(m, n)} {dtype} strategy {strategy}: {e}") from None
+                # all strategies agree with each other as closely as with the reference
+                for key, a, r in zip(("dx", "dw", "db"), grads, results["auto"]):
+                    if a is not None:
+                        assert_close(f"{op} {(m, n)} {strategy} vs auto {key}", a, r, TOL[dtype])
+
+
+def test_plan_query_describes_strategies():
+    assert normkit.plan_backward("layer_norm", 4096, 1024, torch.float16, strategy="two_pass").startswith("two_pass")
+    assert normkit.plan_backward("rms_norm", 4, 1024, torch.float16, strategy="simple").startswith("simple")
+    assert normkit.plan_backward("layer_norm", 4096, 1024, torch.float16, strategy="fused").startswith("fused")
+    with pytest.raises(RuntimeError, match="'op'"):
+        normkit.plan_backward("batch_norm", 4, 4, torch.float16)
+    with pytest.raises(RuntimeError, match="strategy"):
+        normkit.plan_backward("layer_norm", 4, 4, torch.float16, strategy="fastest")
+    with pytest.raises(RuntimeError, match="'dtype'"):
+        normkit.plan_backward("layer_norm", 4, 4, torch.int32)
