@@ -120,7 +120,7 @@ std::string format_planner_table(const PlannerTable& table);
 constexpr int kMaxRowItems = 8;
 /// Register budget of the row kernels: a block of T threads gets 65536 / T registers per thread, so
 /// a group caching more items per thread must be smaller. The kernels' __launch_bounds__ use this.
-constexpr int max_row_threads(int items) { return items >= 8 ? 256 : items >= 4 ? 512 : 1024; }
+constexpr int max_row_threads(int items) { return items >= 8 ? 256 : items >= 2 ? 512 : 1024; }
 /// The fused backward keeps dgamma/dbeta accumulators in registers next to the cached row: at most
 /// kMaxFusedItems vectors per thread, in blocks of kFusedBlockThreads threads, one block per SM
 /// (its __launch_bounds__(kFusedBlockThreads, 1) guarantee co-residency for the grid-wide reduce).

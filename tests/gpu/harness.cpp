@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -683,6 +684,8 @@ BackwardOut gpu_backward(const HostCase& hc, const DeviceCase& dc, Mask mask, St
   const Problem problem = s.rms ? detail::planner_problem(detail::to_problem(ra))
                                 : detail::planner_problem(detail::to_problem(la));
   if (strategy != Strategy::Auto && !strategy_supported(problem, strategy, &out.why_not)) {
+    std::printf("[   INFO   ] %s: %s unsupported (expecting normkit::Error): %s\n", s.name.c_str(),
+                strategy_id(strategy).c_str(), out.why_not.c_str());
     EXPECT_THROW(plan_call(), Error) << "plan for unsupported strategy " << strategy_id(strategy);
     EXPECT_THROW(ws_call(), Error) << "workspace size for unsupported strategy " << strategy_id(strategy);
     EXPECT_THROW(run_convenience(), Error) << "backward with unsupported strategy " << strategy_id(strategy);

@@ -30,6 +30,15 @@
 #include "normkit/normkit.h"
 #include "test_util.h"
 
+namespace normkit {
+/// Readable test parameters in gtest messages (found by argument-dependent lookup).
+inline void PrintTo(DType t, std::ostream* os) { *os << dtype_name(t); }
+inline void PrintTo(Strategy s, std::ostream* os) { *os << strategy_name(s); }
+inline void PrintTo(const Mask& m, std::ostream* os) {
+  *os << "{dx=" << m.dx << " dweight=" << m.dweight << " dbias=" << m.dbias << "}";
+}
+}  // namespace normkit
+
 namespace normkit::gputest {
 
 using test::HostBuffer;

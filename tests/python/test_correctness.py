@@ -84,7 +84,14 @@ def test_edge_case_shape_M_eq_1():
             out = _run_layer_norm(x, dy, w, b)
             reference("ln", x, (n,), w, b, 1e-5, dy, out, TOL[dtype])
             out = _run_rms_norm(x, dy, w, 1e-6)
-            reference("rms", x, (n,), w, None, 1e-6, dy, out, TOL[dtype], check=("y", "dx", "dw"))
+            reference("rms", x, (n,), w, None, 1e-6, dy, out, TOL[dtype], check=_rms_checks(n))
+
+
+def _rms_checks(n):
+    # RMSNorm with N = 1: dx = rstd * g * (1 - xhat^2) with xhat^2 = x^2 / (x^2 + eps) ~ 1, so dx is
+    # the difference of two nearly equal numbers, and rstd is an fp32 forward output (as in ATen):
+    # its rounding alone moves dx by ~100%. Only y and dweight are well-conditioned there.
+    return ("y", "dw") if n == 1 else ("y", "dx", "dw")
 
 
 def test_edge_case_shape_N_eq_1():
@@ -98,7 +105,7 @@ def test_edge_case_shape_N_eq_1():
             assert torch.equal(out["y"], b.expand(m, 1))
             reference("ln", x, (1,), w, b, 1e-5, dy, out, TOL[dtype])
             out = _run_rms_norm(x, dy, w, 1e-6)
-            reference("rms", x, (1,), w, None, 1e-6, dy, out, TOL[dtype], check=("y", "dx", "dw"))
+            reference("rms", x, (1,), w, None, 1e-6, dy, out, TOL[dtype], check=_rms_checks(1))
 
 
 def test_noncontiguous_input_matches_reference():

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""End-to-end check of normkit inside Hugging Face models (GPU machine only).
+
+For each model -- BART (BartForConditionalGeneration, bart-base sizes) and a small Llama
+(LlamaForCausalLM) -- and each precision (fp32, bf16 autocast), it trains the same randomly
+initialised model on the same random token ids twice: once as built (torch.nn.LayerNorm /
+LlamaRMSNorm) and once after normkit.swap_norms (BART: the default mapping; Llama: the mapping
+{LlamaRMSNorm: normkit.nn.RMSNorm}). It reports steps/s of both, and checks that the two loss
+curves agree step by step within a tolerance. Nothing is downloaded: configs are written out
+here, weights are random, there is no tokenizer. Dropout is set to 0 so that both runs see the
+same computation.
+
+    python bench/e2e.py [--out bench/results/h200-e2e.md] [--steps 20] [--models bart,llama]
+
+Exit status 1 when any loss curve disagrees beyond its tolerance.
+"""
+import argparse
+import copy
+import datetime
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+import normkit
+
+# max |loss_normkit - loss_torch| / |loss_torch| over the steps
+TOLERANCE = {"fp32": 1e-3, "bf16": 2e-2}
+
+
+def bart_model():
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    config = BartConfig(  # facebook/bart-base sizes
+        vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
+        decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072, max_position_embeddings=1024,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, scale_embedding=False,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2)
+    return BartForConditionalGeneration(config), None
+
+
+def llama_model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    config = LlamaConfig(
+        vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16,
+        num_key_value_heads=16, max_position_embeddings=2048, rms_norm_eps=1e-6, attention_dropout=0.0,
+        tie_word_embeddings=False)
+    return LlamaForCausalLM(config), {LlamaRMSNorm: normkit.nn.RMSNorm}
+
+
+MODELS = {"bart": (bart_model, "BartForConditionalGeneration (bart-base config)", 8, 512),
+          "llama": (llama_model, "LlamaForCausalLM (1024 hidden, 8 layers)", 8, 1024)}
+
+
+def make_batches(vocab, steps, batch, seq, device):
+    g = torch.Generator(device=device).manual_seed(1234)
+    # ids >= 4 avoid BART's special tokens (pad = 1); labels are the inputs (a copy task)
+    return [torch.randint(4, vocab, (batch, seq), generator=g, device=device) for _ in range(steps)]
+
+
+def train(model, batches, precision, warmup):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    model.train()
+    losses = []
+    start = None
+    for i, ids in enumerate(batches):
+        if i == warmup:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    return [float(v) for v in losses], (len(batches) - warmup) / elapsed
+
+
+def git_commit():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return "unknown (no git commit)"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                                      "h200-e2e.md"))
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5, help="steps excluded from steps/s (still in the curves)")
+    parser.add_argument("--models", default="bart,llama")
+    parser.add_argument("--precisions", default="fp32,bf16")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench/e2e.py needs a CUDA device")
+    if not normkit.built_with_cuda():
+        sys.exit("normkit was built without CUDA; reinstall it on the GPU machine")
+    if args.warmup >= args.steps:
+        sys.exit("--warmup must be smaller than --steps")
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 in both runs
+    torch.backends.cudnn.allow_tf32 = False
+
+    rows, curves, failures = [], [], []
+    for name in args.models.split(","):
+        build, label, batch, seq = MODELS[name]
+        for precision in args.precisions.split(","):
+            torch.manual_seed(0)
+            base, mapping = build()
+            base = base.cuda()
+            swapped = copy.deepcopy(base)
+            count = normkit.swap_norms(swapped, mapping)
+            if count == 0:
+                sys.exit(f"{name}: swap_norms replaced no module")
+            batches = make_batches(base.config.vocab_size, args.steps, batch, seq, "cuda")
+            torch_losses, torch_sps = train(base, batches, precision, args.warmup)
+            del base
+            torch.cuda.empty_cache()
+            nk_losses, nk_sps = train(swapped, batches, precision, args.warmup)
+            del swapped
+            torch.cuda.empty_cache()
+            diff = max(abs(a - b) / abs(b) for a, b in zip(nk_losses, torch_losses))
+            ok = diff <= TOLERANCE[precision]
+            if not ok:
+                failures.append(f"{name} {precision}: max relative loss difference {diff:.2e}")
+            rows.append((label, precision, f"{batch}x{seq}", count, torch_sps, nk_sps, torch_losses, nk_losses,
+                         diff, ok))
+            curves.append((name, precision, torch_losses, nk_losses))
+            print(f"{name:6s} {precision}: torch {torch_sps:.2f} steps/s, normkit {nk_sps:.2f} steps/s "
+                  f"({nk_sps / torch_sps:.3f}x), {count} norms swapped, max rel loss diff {diff:.2e} "
+                  f"{'ok' if ok else 'FAIL'}", flush=True)
+
+    lines = [
+        "# normkit end-to-end: Hugging Face training steps, torch norms vs normkit.swap_norms",
+        "",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- GPU: {torch.cuda.get_device_name()}",
+        f"- torch: {torch.__version__} (CUDA {torch.version.cuda})",
+        f"- normkit commit: {git_commit()}",
+        f"- {args.steps} AdamW steps (lr 1e-4) on random token ids, same seed and data for both runs; dropout 0; "
+        f"TF32 off; steps/s over steps {args.warmup + 1}-{args.steps}",
+        "- tolerance on the loss curves: max over steps of |loss_normkit - loss_torch| / |loss_torch| <= "
+        + ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items()),
+        "",
+        "| model | precision | batch x seq | norms swapped | torch steps/s | normkit steps/s | speedup "
+        "| loss step 1 | loss step N (torch / normkit) | max rel loss diff | curves agree |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, precision, shape, count, tsps, nsps, tl, nl, diff, ok in rows:
+        lines.append(f"| {label} | {precision}{' autocast' if precision == 'bf16' else ''} | {shape} | {count} "
+                     f"| {tsps:.2f} | {nsps:.2f} | {nsps / tsps:.3f}x | {tl[0]:.4f} | {tl[-1]:.4f} / {nl[-1]:.4f} "
+                     f"| {diff:.2e} | {'yes' if ok else 'NO'} |")
+    lines += ["", "## Loss curves", "", "| step | " + " | ".join(
+        f"{n} {p} torch | {n} {p} normkit" for n, p, _, _ in curves) + " |",
+        "|---|" + "---|---|" * len(curves)]
+    for i in range(args.steps):
+        lines.append(f"| {i + 1} | " + " | ".join(f"{t[i]:.5f} | {k[i]:.5f}" for _, _, t, k in curves) + " |")
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"wrote {args.out}")
+    if failures:
+        print("loss curves disagree: " + "; ".join(failures), file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
