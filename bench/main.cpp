@@ -804,10 +804,11 @@ int main_impl(int argc, char** argv) {
   cli.option("iters", "N", "timed calls per run (default 100; sweep/tune 20)");
   cli.option("warmup", "N", "untimed calls first (default 20; sweep/tune 3)");
   cli.option("runs", "N", "runs averaged (default 3)");
-  cli.option("budget", "SECONDS", "per measurement: fewer iterations when the first call predicts more (default 2; 0 = off)");
+  cli.option("budget", "SECONDS",
+             "per measurement: fewer iterations when the first call predicts more (default 2; sweep/tune 0.5; 0 = off)");
   cli.option("sweep-m", "LIST", "M values of the sweep (integers, 2^k, K/M suffixes)");
   cli.option("sweep-n", "LIST", "N values of the sweep");
-  cli.flag("quick", "sweep: the coarse grid (about 4 minutes for 4 op/dtype pairs on the H200)");
+  cli.flag("quick", "sweep: the coarse 10 x 9 grid (meant to fit in about 4 minutes for 4 op/dtype pairs on the H200)");
   cli.option("max-cell-bytes", "BYTES", "sweep/tune: skip cells whose byte floor exceeds this (default 2G)");
   cli.option("tune-n", "LIST", "tune: N values of the crossover search (default 256,768,1024,4096,8192)");
   cli.option("json", "FILE", "write all measurements (and tables) as JSON");
@@ -855,7 +856,7 @@ int main_impl(int argc, char** argv) {
     ctx.params.iters = int(cli.integer("iters", long_mode ? 20 : 100));
     ctx.params.runs = int(cli.integer("runs", 3));
   }
-  ctx.params.budget_s = cli.number("budget", 2.0);
+  ctx.params.budget_s = cli.number("budget", long_mode ? 0.5 : 2.0);
   if (ctx.params.iters < 1 || ctx.params.runs < 1 || ctx.params.warmup < 0) {
     std::cerr << "normkit-bench: --iters and --runs must be >= 1, --warmup >= 0\n";
     return 2;

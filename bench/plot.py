@@ -111,7 +111,7 @@ def main():
         axes[0].set_title("(a) fastest forced strategy")
         # (b) auto / best
         b = grid(lambda s: s["ratio"])
-        im = axes[1].imshow(b, origin="lower", aspect="auto", cmap="RdYlGn_r", vmin=0.9, vmax=1.5,
+        im = axes[1].imshow(b, origin="lower", aspect="auto", cmap="RdYlGn_r", vmin=0.9, vmax=2.0,
                             interpolation="nearest")
         fig.colorbar(im, ax=axes[1])
         axes[1].set_title("(b) auto / best forced (1.0 = auto picks the best)")
@@ -147,7 +147,7 @@ def main():
                   f"{s['best_us']:.2f} | {s['auto_choice']} |")
 
     show(f"Worst {args.top} auto / best forced", sorted(worst_ratio, key=lambda t: -t[0]), lambda v: f"{v:.3f}")
-    show(f"Worst {args.top} % of floor (auto)", sorted(worst_floor, key=lambda t: t[0]), lambda v: f"{v:.1f}%")
+    show(f"Worst {args.top} % of floor (auto)", sorted(worst_floor, key=lambda t: t[0]), lambda v: f"{v:.3g}%")
     return 0
 
 

@@ -23,8 +23,11 @@ CUDA_ARCH=${CUDA_ARCH:-90}
 BUILD=$ROOT/build-gpu
 STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(build ctest python bench)
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then COMMIT="$COMMIT+dirty"; fi
+# The GPU machine gets a copy of the work tree without .git: pass COMMIT=<sha> there.
+if [ -z "${COMMIT:-}" ]; then
+  COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then COMMIT="$COMMIT+dirty"; fi
+fi
 SUMMARY=$WORK/summary.txt
 : > "$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
@@ -59,16 +62,16 @@ fi
 BENCH=$BUILD/bench/normkit-bench
 if has_stage bench; then
   run_stage bench-seed "$BENCH" --suite seed --mode both --commit "$COMMIT" --md "$RESULTS/h200-seed.md" --json "$RESULTS/h200-seed.json"
-  run_stage bench-llm "$BENCH" --suite llm --mode graph --commit "$COMMIT" --md "$RESULTS/h200-llm.md" --json "$RESULTS/h200-llm.json"
+  run_stage bench-llm "$BENCH" --suite llm --mode graph --iters 20 --warmup 3 --budget 0.5 --commit "$COMMIT" --md "$RESULTS/h200-llm.md" --json "$RESULTS/h200-llm.json"
 fi
 if has_stage sweep; then
   for dt in f16 bf16; do
-    run_stage "sweep-$dt" "$BENCH" --sweep --quick --dtype "$dt" --commit "$COMMIT" --json "$RESULTS/h200-sweep-$dt.json" --csv "$RESULTS/h200-sweep-$dt.csv"
+    run_stage "sweep-$dt" "$BENCH" --sweep --quick --dtype "$dt" --op ln_gb,rms_gb,ln_bwd --commit "$COMMIT" --json "$RESULTS/h200-sweep-$dt.json" --csv "$RESULTS/h200-sweep-$dt.csv"
   done
-  run_stage plot python3 bench/plot.py "$RESULTS"/h200-sweep-*.json --out "$RESULTS"
+  run_stage plot python3 bench/plot.py "$RESULTS"/h200-sweep-*.json --out-dir "$RESULTS"
 fi
 if has_stage peers; then
-  run_stage peers python3 bench/peers.py --commit "$COMMIT" --out "$RESULTS/h200-peers.md"
+  run_stage peers python3 bench/peers.py --commit "$COMMIT" --compile-budget 45 --out "$RESULTS/h200-peers.md"
 fi
 if has_stage e2e; then
   run_stage e2e python3 bench/e2e.py --out "$RESULTS/h200-e2e.md"

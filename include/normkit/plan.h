@@ -102,8 +102,10 @@ struct PlannerTable {
   int two_pass_target_blocks_per_sm = 4;
   /// fused backward: used by auto whenever the row fits the register-cached layout
   bool fused_enabled = true;
-  std::int64_t fused_min_rows_per_block = 8; ///< fewer blocks for small M: less partial traffic
-  bool fused_single_launch = true;           ///< grid-wide sync + final reduce in one launch (else two launches)
+  std::int64_t fused_min_rows_per_block = 2; ///< fewer blocks for small M: less partial traffic
+  /// grid-wide sync + final reduce in one cooperative launch (else a second launch). Off: on the H200
+  /// the cooperative launch cost ~16 us (docs/NOTES.md, entry 2).
+  bool fused_single_launch = false;
   // row kernels
   int row_items_target = 4;                  ///< vectors per thread aimed for when sizing a group
   int row_block_threads = 256;               ///< threads per block when several rows share a block (power of 2)
@@ -116,11 +118,15 @@ const PlannerTable& default_planner_table();
 PlannerTable load_planner_table(const std::string& path);
 std::string format_planner_table(const PlannerTable& table);
 
-/// Largest register-cached items per thread (template instances exist for 1, 2, 4, 8).
-constexpr int kMaxRowItems = 8;
-/// Register budget of the row kernels: a block of T threads gets 65536 / T registers per thread, so
-/// a group caching more items per thread must be smaller. The kernels' __launch_bounds__ use this.
-constexpr int max_row_threads(int items) { return items >= 8 ? 256 : items >= 2 ? 512 : 1024; }
+/// Largest register-cached items per thread (template instances exist for 1, 2, 4).
+constexpr int kMaxRowItems = 4;
+/// Register budget of the row kernels: a block of T threads gets 65536 / T registers per thread
+/// (at most 255), and a thread holds its fragment, the next row's fragment (prefetch) and, for
+/// small fragments, its weights. A group caching more items per thread must therefore be smaller.
+/// The kernels' __launch_bounds__ use this; ptxas -v shows which instances still spill.
+constexpr int max_row_threads(int items) { return items >= 8 ? 128 : items >= 4 ? 256 : items >= 2 ? 512 : 1024; }
+/// Rows too long to cache are streamed (read twice) by groups of this many threads.
+constexpr int kStreamRowThreads = 512;
 /// The fused backward keeps dgamma/dbeta accumulators in registers next to the cached row: at most
 /// kMaxFusedItems vectors per thread, in blocks of kFusedBlockThreads threads, one block per SM
 /// (its __launch_bounds__(kFusedBlockThreads, 1) guarantee co-residency for the grid-wide reduce).

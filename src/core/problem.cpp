@@ -292,8 +292,10 @@ Problem planner_problem(const ForwardProblem& p) {
   q.dtype = p.x.dtype;
   q.weight_dtype = p.weight ? p.weight->dtype : p.bias ? p.bias->dtype : p.x.dtype;
   q.mask = {};
+  // The vectorised kernels also read weight and bias in 16-byte loads.
   q.rows_vector_aligned = rows_aligned(p.x.data, p.x.dtype, p.x.stride(), p.cols()) &&
-                          rows_aligned(p.y.data, p.y.dtype, p.y.stride(), p.cols());
+                          rows_aligned(p.y.data, p.y.dtype, p.y.stride(), p.cols()) &&
+                          (!p.weight || aligned16(p.weight->data)) && (!p.bias || aligned16(p.bias->data));
   return q;
 }
 
@@ -307,7 +309,8 @@ Problem planner_problem(const BackwardProblem& p) {
   q.mask = p.mask();
   q.rows_vector_aligned = rows_aligned(p.dy.data, p.dy.dtype, p.dy.stride(), p.cols()) &&
                           rows_aligned(p.x.data, p.x.dtype, p.x.stride(), p.cols()) &&
-                          (!p.dx || rows_aligned(p.dx->data, p.dx->dtype, p.dx->stride(), p.cols()));
+                          (!p.dx || rows_aligned(p.dx->data, p.dx->dtype, p.dx->stride(), p.cols())) &&
+                          (!p.weight || aligned16(p.weight->data));
   return q;
 }
 

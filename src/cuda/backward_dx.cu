@@ -8,51 +8,72 @@ namespace normkit::cuda {
 namespace {
 
 template <typename T, typename W, bool kRms, int ITEMS, int VEC>
-__global__ void __launch_bounds__(ITEMS == 0 ? 1024 : max_row_threads(ITEMS)) backward_dx_kernel(const BackwardParams<T, W> p) {
+__global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threads(ITEMS)) backward_dx_kernel(const BackwardParams<T, W> p) {
   __shared__ float scratch[2 * 1024 / kWarpSize];
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
   const std::int64_t row_step = std::int64_t(gridDim.x) * p.rows_per_block;
+  const std::int64_t first = std::int64_t(blockIdx.x) * p.rows_per_block;
 
   if constexpr (ITEMS > 0) {
     // A lane owns the same columns in every row: small fragments keep their weights in registers
-    // for the whole walk; large ones re-read them (L1 hits) to stay within the register budget.
+    // for the whole walk; large ones re-read them (16-byte L1 hits) to stay within the register budget.
     constexpr bool kKeepWeights = ITEMS * VEC <= 16;
     float w[ITEMS][VEC];
     if constexpr (kKeepWeights) load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
-    for (std::int64_t base = std::int64_t(blockIdx.x) * p.rows_per_block; base < p.rows; base += row_step) {
+    RowFragment<T, ITEMS, VEC> x_next, dy_next;
+    {
+      const std::int64_t r = first + g.index;
+      x_next.load(p.x.row(r < p.rows ? r : 0), g, p.cols, r < p.rows);
+      dy_next.load(p.dy.row(r < p.rows ? r : 0), g, p.cols, r < p.rows);
+    }
+    for (std::int64_t base = first; base < p.rows; base += row_step) {
       const std::int64_t r = base + g.index;
       const bool active = r < p.rows;
-      const std::int64_t rr = active ? r : 0;
+      const RowFragment<T, ITEMS, VEC> xv = x_next, dyv = dy_next;
+      const std::int64_t r_next = r + row_step;
+      if (base + row_step < p.rows) {  // next row's loads fly while this row reduces
+        x_next.load(p.x.row(r_next < p.rows ? r_next : 0), g, p.cols, r_next < p.rows);
+        dy_next.load(p.dy.row(r_next < p.rows ? r_next : 0), g, p.cols, r_next < p.rows);
+      }
       if constexpr (!kKeepWeights) load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
-      RowFragment<ITEMS, VEC> xv, dyv;
-      xv.load(p.x.row(rr), g, p.cols, active);
-      dyv.load(p.dy.row(rr), g, p.cols, active);
       float mean = 0.f, rstd = 0.f;
       if (active) row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
       float sum_g, sum_g_xhat;
-      row_xhat_and_sums(xv, dyv, w, mean, rstd, g, p.cols, sum_g, sum_g_xhat);
+      row_sums(xv, dyv, w, mean, rstd, g, p.cols, sum_g, sum_g_xhat);
       row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
-      row_dx<kRms>(dyv, xv, w, rstd, sum_g, sum_g_xhat, p.cols);
-      dyv.store(p.dx.row(rr), g, p.cols, active);
+      row_store_dx<kRms>(p.dx.row(active ? r : 0), xv, dyv, w, mean, rstd, sum_g, sum_g_xhat, g, p.cols, active);
     }
   } else {
-    for (std::int64_t base = std::int64_t(blockIdx.x) * p.rows_per_block; base < p.rows; base += row_step) {
+    // Streaming: pass 1 row sums, pass 2 dx (the second read of x and dy mostly hits L2).
+    for (std::int64_t base = first; base < p.rows; base += row_step) {
       const std::int64_t r = base + g.index;
       const bool active = r < p.rows;
       float mean = 0.f, rstd = 0.f, sum_g = 0.f, sum_g_xhat = 0.f;
+      const T* x_row = p.x.row(active ? r : 0);
+      const T* dy_row = p.dy.row(active ? r : 0);
+      StreamBuffer<T, VEC> xs, dys;
+      auto load = [&](int u, int col) {
+        xs.load(u, x_row + col);
+        dys.load(u, dy_row + col);
+      };
+      auto weights = [&](int col, float (&w)[VEC]) {
+        if (p.weight != nullptr) {
+          load_weight_vec<W, VEC>(p.weight + col, w);
+        } else {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) w[i] = 1.f;
+        }
+      };
       if (active) {
         row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
-        const T* x_row = p.x.row(r);
-        const T* dy_row = p.dy.row(r);
-        for_each_vector<VEC>(g, p.cols, [&](int col) {
-          float xv[VEC], dyv[VEC];
-          load_vec<T, VEC>(x_row + col, xv);
-          load_vec<T, VEC>(dy_row + col, dyv);
+        stream_row<VEC>(g, p.cols, load, [&](int u, int col) {
+          float w[VEC];
+          weights(col, w);
 #pragma unroll
           for (int i = 0; i < VEC; ++i) {
-            const float gv = dyv[i] * (p.weight != nullptr ? to_float(p.weight[col + i]) : 1.f);
+            const float gv = dys.at(u, i) * w[i];
             sum_g += gv;
-            sum_g_xhat += gv * (xv[i] - mean) * rstd;
+            sum_g_xhat += gv * (xs.at(u, i) - mean) * rstd;
           }
         });
       }
@@ -60,19 +81,14 @@ __global__ void __launch_bounds__(ITEMS == 0 ? 1024 : max_row_threads(ITEMS)) ba
       if (active) {
         const float inv_n = 1.f / float(p.cols);
         const float mean_g = kRms ? 0.f : sum_g * inv_n, mean_g_xhat = sum_g_xhat * inv_n;
-        const T* x_row = p.x.row(r);
-        const T* dy_row = p.dy.row(r);
         T* dx_row = p.dx.row(r);
-        for_each_vector<VEC>(g, p.cols, [&](int col) {
-          float xv[VEC], dyv[VEC];
-          load_vec<T, VEC>(x_row + col, xv);
-          load_vec<T, VEC>(dy_row + col, dyv);
+        stream_row<VEC>(g, p.cols, load, [&](int u, int col) {
+          float w[VEC], dx[VEC];
+          weights(col, w);
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) {
-            const float gv = dyv[i] * (p.weight != nullptr ? to_float(p.weight[col + i]) : 1.f);
-            dyv[i] = rstd * (gv - mean_g - (xv[i] - mean) * rstd * mean_g_xhat);
-          }
-          store_vec<T, VEC>(dx_row + col, dyv);
+          for (int i = 0; i < VEC; ++i)
+            dx[i] = rstd * (dys.at(u, i) * w[i] - mean_g - (xs.at(u, i) - mean) * rstd * mean_g_xhat);
+          store_vec<T, VEC>(dx_row + col, dx);
         });
       }
     }
@@ -102,7 +118,7 @@ void launch_backward_dx(const BackwardProblem& p, const Plan& plan, cudaStream_t
   if (p.rows() == 0 || !p.dx) return;
   const BackwardParams<T, W> params = make_backward_params<T, W>(p, plan);
   const dim3 grid(unsigned(plan.row.blocks)), block(unsigned(plan.row.block_threads()));
-  dispatch_row_shape<T, kMaxRowItems>(plan.row, [&](auto items, auto vec) {
+  dispatch_row_shape<T, kMaxRowItems, true>(plan.row, [&](auto items, auto vec) {
     if (p.rms)
       backward_dx_kernel<T, W, true, items(), vec()><<<grid, block, 0, stream>>>(params);
     else

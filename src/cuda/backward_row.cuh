@@ -28,12 +28,12 @@ struct BackwardParams {
 template <typename T, typename W>
 BackwardParams<T, W> make_backward_params(const BackwardProblem& p, const Plan& plan);
 
-/// Step 1 for one row in registers: turns `x` into xhat in place (padding slots stay 0) and returns
-/// this lane's partial sums of g and g * xhat (g = dy * w).
-template <int ITEMS, int VEC>
-__device__ __forceinline__ void row_xhat_and_sums(RowFragment<ITEMS, VEC>& x_to_xhat, const RowFragment<ITEMS, VEC>& dy,
-                                                  const float (&w)[ITEMS][VEC], float mean, float rstd,
-                                                  const RowGroup& g, int n, float& sum_g, float& sum_g_xhat) {
+/// Step 1 for one row in registers: this lane's partial sums of g and g * xhat (g = dy * w,
+/// xhat = (x - mean) * rstd; padding slots count as 0).
+template <typename T, int ITEMS, int VEC>
+__device__ __forceinline__ void row_sums(const RowFragment<T, ITEMS, VEC>& x, const RowFragment<T, ITEMS, VEC>& dy,
+                                         const float (&w)[ITEMS][VEC], float mean, float rstd, const RowGroup& g,
+                                         int n, float& sum_g, float& sum_g_xhat) {
   sum_g = 0.f;
   sum_g_xhat = 0.f;
 #pragma unroll
@@ -41,29 +41,29 @@ __device__ __forceinline__ void row_xhat_and_sums(RowFragment<ITEMS, VEC>& x_to_
     const bool valid = g.column<VEC>(k) < n;
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
-      const float xhat = valid ? (x_to_xhat.v[k][i] - mean) * rstd : 0.f;
-      x_to_xhat.v[k][i] = xhat;
-      const float gv = dy.v[k][i] * w[k][i];
+      const float xhat = valid ? (x.at(k, i) - mean) * rstd : 0.f;
+      const float gv = dy.at(k, i) * w[k][i];
       sum_g += gv;
       sum_g_xhat += gv * xhat;
     }
   }
 }
 
-/// Step 2: with the row sums reduced over the group, turns dy into dx in place.
-template <bool kRms, int ITEMS, int VEC>
-__device__ __forceinline__ void row_dx(RowFragment<ITEMS, VEC>& dy_to_dx, const RowFragment<ITEMS, VEC>& xhat,
-                                       const float (&w)[ITEMS][VEC], float rstd, float sum_g, float sum_g_xhat, int n) {
+/// Step 2: with the row sums reduced over the group, writes dx of this lane's slots.
+template <bool kRms, typename T, int ITEMS, int VEC>
+__device__ __forceinline__ void row_store_dx(T* dx_row, const RowFragment<T, ITEMS, VEC>& x,
+                                             const RowFragment<T, ITEMS, VEC>& dy, const float (&w)[ITEMS][VEC],
+                                             float mean, float rstd, float sum_g, float sum_g_xhat, const RowGroup& g,
+                                             int n, bool active) {
   const float inv_n = 1.f / float(n);
   const float mean_g = kRms ? 0.f : sum_g * inv_n;
   const float mean_g_xhat = sum_g_xhat * inv_n;
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k)
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      const float gv = dy_to_dx.v[k][i] * w[k][i];
-      dy_to_dx.v[k][i] = rstd * (gv - mean_g - xhat.v[k][i] * mean_g_xhat);
-    }
+    store_slot<T, VEC>(dx_row, g, k, n, active, [&](int i) {
+      const float xhat = (x.at(k, i) - mean) * rstd;
+      return rstd * (dy.at(k, i) * w[k][i] - mean_g - xhat * mean_g_xhat);
+    });
 }
 
 /// Row statistics as the backward needs them.

@@ -26,97 +26,114 @@ struct ForwardParams {
 };
 
 template <typename T, typename W, bool kRms, int ITEMS, int VEC>
-__global__ void __launch_bounds__(ITEMS == 0 ? 1024 : max_row_threads(ITEMS)) forward_kernel(const ForwardParams<T, W> p) {
+__global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threads(ITEMS)) forward_kernel(const ForwardParams<T, W> p) {
   __shared__ float scratch[2 * 1024 / kWarpSize];
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
   const std::int64_t row_step = std::int64_t(gridDim.x) * p.rows_per_block;
   const float inv_n = 1.f / float(p.cols);
+  const std::int64_t first = std::int64_t(blockIdx.x) * p.rows_per_block;
 
-  // Every thread walks the same number of iterations: groups of more than a warp synchronise the block.
-  for (std::int64_t base = std::int64_t(blockIdx.x) * p.rows_per_block; base < p.rows; base += row_step) {
-    const std::int64_t r = base + g.index;
-    const bool active = r < p.rows;
-    const T* x_row = p.x.row(active ? r : 0);
-    float mean = 0.f, rstd = 0.f;
+  if constexpr (ITEMS > 0) {
+    // A lane owns the same columns in every row: small fragments keep weight and bias in registers
+    // for the whole walk; large ones re-read them (16-byte L1 hits) to stay within the register budget.
+    constexpr bool kKeepWeights = ITEMS * VEC <= 16;
+    float w[ITEMS][VEC], b[ITEMS][VEC];
+    if constexpr (kKeepWeights) {
+      load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
+      load_weight_fragment<ITEMS, VEC>(p.bias, g, p.cols, 0.f, b);
+    }
+    RowFragment<T, ITEMS, VEC> next;
+    next.load(p.x.row(first + g.index < p.rows ? first + g.index : 0), g, p.cols, first + g.index < p.rows);
+    // Every thread walks the same number of iterations: groups of more than a warp synchronise the block.
+    for (std::int64_t base = first; base < p.rows; base += row_step) {
+      const std::int64_t r = base + g.index;
+      const bool active = r < p.rows;
+      const RowFragment<T, ITEMS, VEC> xv = next;
+      const std::int64_t r_next = r + row_step;
+      if (base + row_step < p.rows) next.load(p.x.row(r_next < p.rows ? r_next : 0), g, p.cols, r_next < p.rows);
 
-    if constexpr (ITEMS > 0) {
-      RowFragment<ITEMS, VEC> xv;
-      xv.load(x_row, g, p.cols, active);
-      float sum = 0.f, unused = 0.f;
+      float mean = 0.f, unused = 0.f;
       if constexpr (!kRms) {
+        float sum = 0.f;
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) sum += xv.v[k][i];
+          for (int i = 0; i < VEC; ++i) sum += xv.at(k, i);
         row_group_sum2(sum, unused, g.threads, scratch);
         mean = sum * inv_n;
       }
-      float sq = 0.f;
+      float sq = 0.f;  // exact two-pass variance: the row is in registers
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k) {
         const bool valid = g.column<VEC>(k) < p.cols;  // padding slots hold 0, not 0 - mean
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          const float d = valid ? xv.v[k][i] - mean : 0.f;
+          const float d = valid ? xv.at(k, i) - mean : 0.f;
           sq += d * d;
         }
       }
       unused = 0.f;
       row_group_sum2(sq, unused, g.threads, scratch);
-      rstd = rsqrtf(sq * inv_n + p.eps);
+      const float rstd = rsqrtf(sq * inv_n + p.eps);
 
-      RowFragment<ITEMS, VEC> yv;
-#pragma unroll
-      for (int k = 0; k < ITEMS; ++k) {
-        const int col = g.column<VEC>(k);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          const bool in = col + i < p.cols;
-          const float w = (p.weight != nullptr && in) ? to_float(p.weight[col + i]) : 1.f;
-          const float b = (p.bias != nullptr && in) ? to_float(p.bias[col + i]) : 0.f;
-          yv.v[k][i] = (xv.v[k][i] - mean) * rstd * w + b;
-        }
+      if constexpr (!kKeepWeights) {
+        load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
+        load_weight_fragment<ITEMS, VEC>(p.bias, g, p.cols, 0.f, b);
       }
-      yv.store(p.y.row(active ? r : 0), g, p.cols, active);
-    } else {
-      // Streaming: pass 1 shifted sums, pass 2 normalise and write.
+      T* y_row = p.y.row(active ? r : 0);
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k)
+        store_slot<T, VEC>(y_row, g, k, p.cols, active,
+                           [&](int i) { return (xv.at(k, i) - mean) * rstd * w[k][i] + b[k][i]; });
+      if (active && g.lane == 0) {
+        if (p.mean != nullptr) p.mean[r] = mean;
+        p.rstd[r] = rstd;
+      }
+    }
+  } else {
+    // Streaming: pass 1 shifted sums, pass 2 normalise and write (the second read mostly hits L2).
+    for (std::int64_t base = first; base < p.rows; base += row_step) {
+      const std::int64_t r = base + g.index;
+      const bool active = r < p.rows;
+      const T* x_row = p.x.row(active ? r : 0);
       const float shift = (active && !kRms) ? to_float(x_row[0]) : 0.f;
       float sum = 0.f, sq = 0.f;
+      StreamBuffer<T, VEC> xs;
       if (active) {
-        for_each_vector<VEC>(g, p.cols, [&](int col) {
-          float v[VEC];
-          load_vec<T, VEC>(x_row + col, v);
+        stream_row<VEC>(
+            g, p.cols, [&](int u, int col) { xs.load(u, x_row + col); },
+            [&](int u, int) {
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) {
-            const float d = v[i] - shift;
-            sum += d;
-            sq += d * d;
-          }
-        });
+              for (int i = 0; i < VEC; ++i) {
+                const float d = xs.at(u, i) - shift;
+                sum += d;
+                sq += d * d;
+              }
+            });
       }
       row_group_sum2(sum, sq, g.threads, scratch);
       const float shifted_mean = sum * inv_n;
-      mean = kRms ? 0.f : shift + shifted_mean;
+      const float mean = kRms ? 0.f : shift + shifted_mean;
       const float var = kRms ? sq * inv_n : fmaxf(sq * inv_n - shifted_mean * shifted_mean, 0.f);
-      rstd = rsqrtf(var + p.eps);
+      const float rstd = rsqrtf(var + p.eps);
       if (active) {
         T* y_row = p.y.row(r);
-        for_each_vector<VEC>(g, p.cols, [&](int col) {
-          float v[VEC];
-          load_vec<T, VEC>(x_row + col, v);
+        stream_row<VEC>(
+            g, p.cols, [&](int u, int col) { xs.load(u, x_row + col); },
+            [&](int u, int col) {
+              float w[VEC], b[VEC], y[VEC];
+              if (p.weight != nullptr) load_weight_vec<W, VEC>(p.weight + col, w);
+              if (p.bias != nullptr) load_weight_vec<W, VEC>(p.bias + col, b);
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) {
-            const float w = p.weight != nullptr ? to_float(p.weight[col + i]) : 1.f;
-            const float b = p.bias != nullptr ? to_float(p.bias[col + i]) : 0.f;
-            v[i] = (v[i] - mean) * rstd * w + b;
-          }
-          store_vec<T, VEC>(y_row + col, v);
-        });
+              for (int i = 0; i < VEC; ++i)
+                y[i] = (xs.at(u, i) - mean) * rstd * (p.weight != nullptr ? w[i] : 1.f) + (p.bias != nullptr ? b[i] : 0.f);
+              store_vec<T, VEC>(y_row + col, y);
+            });
+        if (g.lane == 0) {
+          if (p.mean != nullptr) p.mean[r] = mean;
+          p.rstd[r] = rstd;
+        }
       }
-    }
-    if (active && g.lane == 0) {
-      if (p.mean != nullptr) p.mean[r] = mean;
-      p.rstd[r] = rstd;
     }
   }
 }
@@ -139,7 +156,7 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
       plan.row.threads_per_row,
       plan.row.rows_per_block};
   const dim3 grid(unsigned(plan.row.blocks)), block(unsigned(plan.row.block_threads()));
-  dispatch_row_shape<T, kMaxRowItems>(plan.row, [&](auto items, auto vec) {
+  dispatch_row_shape<T, kMaxRowItems, true>(plan.row, [&](auto items, auto vec) {
     if (p.rms)
       forward_kernel<T, W, true, items(), vec()><<<grid, block, 0, stream>>>(params);
     else

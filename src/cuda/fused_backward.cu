@@ -5,8 +5,8 @@
 // computes dx exactly like backward_dx.cu, and because a lane owns the same columns in every row it
 // accumulates dgamma = sum dy * xhat and dbeta = sum dy for its columns in fp32 registers. At the end
 // each block sums its row groups in shared memory (fixed order) into one row of fp32 partials
-// [blocks, N]; then either a grid-wide sync and the partial reduce in the same cooperative launch
-// (plan.single_launch: one kernel for the whole backward), or the same reduce as a second launch.
+// [blocks, N]; then either the partial reduce as a second launch, or (plan.single_launch) a grid-wide
+// sync and the same reduce in one cooperative launch. A grid of one block writes dgamma/dbeta directly.
 // No float atomics anywhere: the same inputs give the same bits.
 #include <cooperative_groups.h>
 
@@ -32,39 +32,49 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
 #pragma unroll
     for (int i = 0; i < VEC; ++i) acc_dgamma[k][i] = acc_dbeta[k][i] = 0.f;
 
-  for (std::int64_t base = std::int64_t(blockIdx.x) * p.rows_per_block; base < p.rows; base += row_step) {
+  const std::int64_t first = std::int64_t(blockIdx.x) * p.rows_per_block;
+  RowFragment<T, ITEMS, VEC> x_next, dy_next;
+  {
+    const std::int64_t r = first + g.index;
+    x_next.load(p.x.row(r < p.rows ? r : 0), g, p.cols, r < p.rows);
+    dy_next.load(p.dy.row(r < p.rows ? r : 0), g, p.cols, r < p.rows);
+  }
+  for (std::int64_t base = first; base < p.rows; base += row_step) {
     const std::int64_t r = base + g.index;
     const bool active = r < p.rows;
-    const std::int64_t rr = active ? r : 0;
-    RowFragment<ITEMS, VEC> xv, dyv;
-    xv.load(p.x.row(rr), g, p.cols, active);
-    dyv.load(p.dy.row(rr), g, p.cols, active);
+    const RowFragment<T, ITEMS, VEC> xv = x_next, dyv = dy_next;
+    const std::int64_t r_next = r + row_step;
+    if (base + row_step < p.rows) {  // next row's loads fly while this row reduces
+      x_next.load(p.x.row(r_next < p.rows ? r_next : 0), g, p.cols, r_next < p.rows);
+      dy_next.load(p.dy.row(r_next < p.rows ? r_next : 0), g, p.cols, r_next < p.rows);
+    }
     float mean = 0.f, rstd = 0.f;
     if (active) row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
-    float sum_g, sum_g_xhat;
-    row_xhat_and_sums(xv, dyv, w, mean, rstd, g, p.cols, sum_g, sum_g_xhat);
-    // inactive groups loaded zeros: they add nothing
+    // inactive groups loaded zeros: they add nothing (dy = 0)
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
-        acc_dgamma[k][i] += dyv.v[k][i] * xv.v[k][i];
-        acc_dbeta[k][i] += dyv.v[k][i];
+        const float dy = dyv.at(k, i);
+        acc_dgamma[k][i] += dy * (xv.at(k, i) - mean) * rstd;
+        acc_dbeta[k][i] += dy;
       }
     if (want_dx) {
+      float sum_g, sum_g_xhat;
+      row_sums(xv, dyv, w, mean, rstd, g, p.cols, sum_g, sum_g_xhat);
       row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
-      row_dx<kRms>(dyv, xv, w, rstd, sum_g, sum_g_xhat, p.cols);
-      dyv.store(p.dx.row(rr), g, p.cols, active);
+      row_store_dx<kRms>(p.dx.row(active ? r : 0), xv, dyv, w, mean, rstd, sum_g, sum_g_xhat, g, p.cols, active);
     }
   }
 
-  // Block partials: sum the row groups of this block, slot by slot, through shared memory.
+  // Block partials: sum the row groups of this block, slot by slot, through shared memory. A grid
+  // of one block (partials == nullptr) writes the final values directly: one launch in all.
   W* out[2];
   const int arrays = gamma_beta_outputs(p, out);
   const std::int64_t partial_rows = gridDim.x;
   for (int a = 0; a < arrays; ++a) {
     const bool is_dgamma = out[a] == p.dweight;
-    float* partial_row = partials + (std::int64_t(a) * partial_rows + blockIdx.x) * p.cols;
+    float* partial_row = partials != nullptr ? partials + (std::int64_t(a) * partial_rows + blockIdx.x) * p.cols : nullptr;
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       __syncthreads();
@@ -78,12 +88,13 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
         if (col < p.cols) {
           float sum = 0.f;
           for (int group = 0; group < p.rows_per_block; ++group) sum += stage[(group * g.threads + lane) * VEC + i];
-          partial_row[col] = sum;
+          if (partial_row != nullptr) partial_row[col] = sum;
+          else out[a][col] = from_float<W>(sum);
         }
       }
     }
   }
-  if (!reduce_in_kernel || arrays == 0) return;
+  if (!reduce_in_kernel || arrays == 0 || partials == nullptr) return;
 
   cooperative_groups::this_grid().sync();  // every block's partial row is written
   const int reduce_rows = int(blockDim.x) / kWarpSize;
@@ -96,9 +107,12 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
 template <typename T, typename W>
 void launch_fused_backward(const BackwardProblem& p, const Plan& plan, float* partials, cudaStream_t stream) {
   const BackwardParams<T, W> params = make_backward_params<T, W>(p, plan);
-  const bool reduce_in_kernel = plan.single_launch && p.mask().any_gamma_beta();
+  // One block: its partial row is the answer (no workspace, no second step).
+  const bool direct = plan.partial_rows == 0;
+  if (direct) partials = nullptr;
+  const bool reduce_in_kernel = !direct && plan.single_launch && p.mask().any_gamma_beta();
   const unsigned blocks = unsigned(plan.row.blocks);
-  dispatch_row_shape<T, kMaxFusedItems>(plan.row, [&](auto items, auto vec) {
+  dispatch_row_shape<T, kMaxFusedItems, false>(plan.row, [&](auto items, auto vec) {
     void (*kernel)(BackwardParams<T, W>, float*, bool) =
         p.rms ? fused_backward_kernel<T, W, true, items(), vec()> : fused_backward_kernel<T, W, false, items(), vec()>;
     cudaLaunchConfig_t config = {};
@@ -114,7 +128,7 @@ void launch_fused_backward(const BackwardProblem& p, const Plan& plan, float* pa
     check(cudaLaunchKernelEx(&config, kernel, params, partials, reduce_in_kernel), "fused_backward_kernel launch");
   });
   check_launch("fused_backward_kernel");
-  if (p.mask().any_gamma_beta() && !reduce_in_kernel) {
+  if (p.mask().any_gamma_beta() && !direct && !reduce_in_kernel) {
     const dim3 reduce_block(unsigned(kWarpSize), unsigned(plan.columns.reduce_block_y));
     reduce_partials_kernel<T, W><<<unsigned(plan.columns.col_blocks), reduce_block,
                                    sizeof(float) * kWarpSize * std::size_t(plan.columns.reduce_block_y), stream>>>(

@@ -22,36 +22,54 @@ struct RowGroup {
   __device__ __forceinline__ int column(int k) const { return (k * threads + lane) * VEC; }
 };
 
-/// ITEMS vectors of VEC elements of one row, held in registers as fp32.
-template <int ITEMS, int VEC>
+/// ITEMS vectors of VEC elements of one row, held in registers in their storage type (half the
+/// registers of fp32 for 16-bit types: room to keep the next row's loads in flight) and converted
+/// to fp32 where used. All math is fp32.
+template <typename T, int ITEMS, int VEC>
 struct RowFragment {
-  float v[ITEMS][VEC];
+  Pack<T, VEC> p[ITEMS];
+
+  __device__ __forceinline__ float at(int k, int i) const { return to_float(p[k].v[i]); }
 
   /// Loads this lane's slots of `row`; slots past N (or every slot when !active) read as 0.
   /// VEC > 1 requires N % VEC == 0 and a 16-byte aligned row (the planner's vec rule).
-  template <typename T>
   __device__ __forceinline__ void load(const T* row, const RowGroup& g, int n, bool active) {
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       const int col = g.column<VEC>(k);
       if (active && col < n) {
-        load_vec<T, VEC>(row + col, v[k]);
+        p[k] = *reinterpret_cast<const Pack<T, VEC>*>(row + col);
       } else {
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) v[k][i] = 0.f;
+        for (int i = 0; i < VEC; ++i) p[k].v[i] = from_float<T>(0.f);
       }
     }
   }
-
-  template <typename T>
-  __device__ __forceinline__ void store(T* row, const RowGroup& g, int n, bool active) const {
-#pragma unroll
-    for (int k = 0; k < ITEMS; ++k) {
-      const int col = g.column<VEC>(k);
-      if (active && col < n) store_vec<T, VEC>(row + col, v[k]);
-    }
-  }
 };
+
+/// Stores VEC values computed by value(i) at slot k of this lane, when the slot is inside the row.
+template <typename T, int VEC, typename F>
+__device__ __forceinline__ void store_slot(T* row, const RowGroup& g, int k, int n, bool active, F&& value) {
+  const int col = g.column<VEC>(k);
+  if (!active || col >= n) return;
+  float out[VEC];
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) out[i] = value(i);
+  store_vec<T, VEC>(row + col, out);
+}
+
+/// VEC consecutive weight values as floats, in 16-byte loads where VEC allows (the planner's vec
+/// rule requires 16-byte aligned weight pointers whenever VEC > 1).
+template <typename W, int VEC>
+__device__ __forceinline__ void load_weight_vec(const W* p, float (&out)[VEC]) {
+  constexpr int kChunk = int(16 / sizeof(W)) < VEC ? int(16 / sizeof(W)) : VEC;
+#pragma unroll
+  for (int c = 0; c < VEC / kChunk; ++c) {
+    const Pack<W, kChunk> pack = *reinterpret_cast<const Pack<W, kChunk>*>(p + c * kChunk);
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) out[c * kChunk + j] = to_float(pack.v[j]);
+  }
+}
 
 /// Weight (or bias) values for this lane's slots; absent weight reads as `fallback`.
 template <int ITEMS, int VEC, typename W>
@@ -60,16 +78,43 @@ __device__ __forceinline__ void load_weight_fragment(const W* weight, const RowG
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {
     const int col = g.column<VEC>(k);
+    if (weight != nullptr && col < n) {
+      load_weight_vec<W, VEC>(weight + col, out[k]);
+    } else {
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) out[k][i] = (weight != nullptr && col + i < n) ? to_float(weight[col + i]) : fallback;
+      for (int i = 0; i < VEC; ++i) out[k][i] = fallback;
+    }
   }
 }
 
-/// Streaming access for rows too long to cache: lane l visits vectors l, l+G, ... of the row.
-template <int VEC, typename F>
-__device__ __forceinline__ void for_each_vector(const RowGroup& g, int n, F&& f) {
-  for (int col = g.lane * VEC; col < n; col += g.threads * VEC) f(col);
+/// Streaming access for rows too long to cache: lane l visits vectors l, l+G, ... of the row,
+/// kStreamUnroll of them per step so that several loads are in flight per thread. load(u, col) is
+/// called for the step's vectors first, then use(u, col), each for col < n, in a fixed order.
+constexpr int kStreamUnroll = 4;
+template <int VEC, typename Load, typename Use>
+__device__ __forceinline__ void stream_row(const RowGroup& g, int n, Load&& load, Use&& use) {
+  const int step = g.threads * VEC;
+  for (int base = g.lane * VEC; base < n; base += step * kStreamUnroll) {
+#pragma unroll
+    for (int u = 0; u < kStreamUnroll; ++u) {
+      const int col = base + u * step;
+      if (col < n) load(u, col);
+    }
+#pragma unroll
+    for (int u = 0; u < kStreamUnroll; ++u) {
+      const int col = base + u * step;
+      if (col < n) use(u, col);
+    }
+  }
 }
+
+/// kStreamUnroll vectors of a row in flight, in storage type.
+template <typename T, int VEC>
+struct StreamBuffer {
+  Pack<T, VEC> p[kStreamUnroll];
+  __device__ __forceinline__ void load(int u, const T* at) { p[u] = *reinterpret_cast<const Pack<T, VEC>*>(at); }
+  __device__ __forceinline__ float at(int u, int i) const { return to_float(p[u].v[i]); }
+};
 
 }  // namespace normkit::cuda
 
@@ -79,9 +124,9 @@ template <int V>
 using IntConst = std::integral_constant<int, V>;
 
 /// Calls f(IntConst<ITEMS>, IntConst<VEC>) for the plan's runtime (items, vec): the template
-/// instances that exist are items in {0 (streaming), 1, 2, 4, 8} (up to kMaxItems) and vec in
-/// {1, 16 / sizeof(T)}.
-template <typename T, int kMaxItems, typename F>
+/// instances that exist are items in {1, 2, 4, 8} up to kMaxItems, 0 (streaming) when kStreaming,
+/// and vec in {1, 16 / sizeof(T)}.
+template <typename T, int kMaxItems, bool kStreaming, typename F>
 void dispatch_row_shape(const RowShape& shape, F&& f) {
   constexpr int kVec = int(16 / sizeof(T));
   auto with_vec = [&](auto vec) {
@@ -90,7 +135,7 @@ void dispatch_row_shape(const RowShape& shape, F&& f) {
       case 2: f(IntConst<2>{}, vec); return;
       case 4: if constexpr (kMaxItems >= 4) { f(IntConst<4>{}, vec); return; } break;
       case 8: if constexpr (kMaxItems >= 8) { f(IntConst<8>{}, vec); return; } break;
-      case 0: if constexpr (kMaxItems >= 8) { f(IntConst<0>{}, vec); return; } break;
+      case 0: if constexpr (kStreaming) { f(IntConst<0>{}, vec); return; } break;
       default: break;
     }
     throw CudaError("normkit: internal error: no kernel instance for items = " + std::to_string(shape.items));

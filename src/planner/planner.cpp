@@ -1,6 +1,7 @@
 // The planner: every threshold and launch shape of normkit is decided here, from PlannerTable.
 // Host-only C++; the CUDA layer launches exactly what the plan says.
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -17,7 +18,7 @@ int next_pow2(std::int64_t v) {
   return p;
 }
 
-/// Template instances exist for items in {1, 2, 4, 8}: round up to one of them.
+/// Template instances exist for items in {1, 2, 4, 8} (up to kMaxRowItems): round up to one of them.
 int round_items(std::int64_t items) {
   if (items <= 1) return 1;
   if (items <= 2) return 2;
@@ -48,7 +49,7 @@ RowShape row_shape(const Problem& p, const DeviceFacts& device, const PlannerTab
     }
     if (group >= max_threads_per_row) {
       s.items = 0;
-      group = max_threads_per_row;
+      group = std::min(max_threads_per_row, kStreamRowThreads);
       break;
     }
     group *= 2;
@@ -134,7 +135,13 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
 }  // namespace
 
 const PlannerTable& default_planner_table() {
-  static const PlannerTable table{};
+  // The built-in table was measured on the H200. A table written by `normkit-bench --tune` for another
+  // GPU is used instead when NORMKIT_PLANNER_TABLE names it (read once, at the first plan; a bad file
+  // throws normkit::Error naming its line, every time it is asked for).
+  static const PlannerTable table = [] {
+    const char* path = std::getenv("NORMKIT_PLANNER_TABLE");
+    return (path != nullptr && *path != '\0') ? load_planner_table(path) : PlannerTable{};
+  }();
   return table;
 }
 
@@ -185,7 +192,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
     const std::int64_t rows_per_block_min = std::int64_t(out.row.rows_per_block) * t.fused_min_rows_per_block;
     const std::int64_t by_rows = std::max<std::int64_t>(1, ceil_div(p.rows, rows_per_block_min));
     out.row.blocks = std::min<std::int64_t>(by_rows, std::int64_t(device.sm_count) * kFusedBlocksPerSm);
-    if (p.mask.any_gamma_beta()) {
+    if (p.mask.any_gamma_beta() && out.row.blocks > 1) {  // one block writes dgamma/dbeta directly
       out.single_launch = t.fused_single_launch;
       out.partial_rows = out.row.blocks;
       out.columns.block_x = kWarpSize;

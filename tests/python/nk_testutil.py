@@ -11,6 +11,16 @@ TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.flo
 _CHUNK_ELEMENTS = 1 << 24
 
 
+def import_normkit():
+    """normkit itself is not optional here: a missing or broken install fails the suite, loudly."""
+    try:
+        import normkit
+    except ModuleNotFoundError as e:
+        raise ImportError("normkit is not installed: run `pip install --no-build-isolation .` in the repository "
+                          "root before `pytest tests/python`") from e
+    return normkit
+
+
 def device():
     return "cuda" if torch.cuda.is_available() else "cpu"
 

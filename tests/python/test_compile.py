@@ -5,9 +5,10 @@ import math
 import pytest
 
 torch = pytest.importorskip("torch")
-normkit = pytest.importorskip("normkit")
 
-from nk_testutil import assert_close, device  # noqa: E402
+from nk_testutil import assert_close, device, import_normkit  # noqa: E402
+
+normkit = import_normkit()
 
 DEV = device()
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

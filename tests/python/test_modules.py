@@ -2,9 +2,10 @@
 import pytest
 
 torch = pytest.importorskip("torch")
-normkit = pytest.importorskip("normkit")
 
-from nk_testutil import TOL, assert_close, device  # noqa: E402
+from nk_testutil import TOL, assert_close, device, import_normkit  # noqa: E402
+
+normkit = import_normkit()
 
 DEV = device()
 
