@@ -127,6 +127,9 @@ constexpr int kMaxRowItems = 4;
 constexpr int max_row_threads(int items) { return items >= 8 ? 128 : items >= 4 ? 256 : items >= 2 ? 512 : 1024; }
 /// Rows too long to cache are streamed (read twice) by groups of this many threads.
 constexpr int kStreamRowThreads = 512;
+/// Row kernels ask the compiler for at least 16 resident warps per SM (512 threads): enough loads
+/// in flight for HBM without starving a thread's fragment of registers (128 per thread).
+constexpr int row_min_blocks_per_sm(int threads) { return threads >= 512 ? 1 : 512 / threads; }
 /// The fused backward keeps dgamma/dbeta accumulators in registers next to the cached row: at most
 /// kMaxFusedItems vectors per thread, in blocks of kFusedBlockThreads threads, one block per SM
 /// (its __launch_bounds__(kFusedBlockThreads, 1) guarantee co-residency for the grid-wide reduce).

@@ -26,7 +26,9 @@ inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel)
 // ---- element conversions (all math is fp32) ----
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+// bf16 -> fp32 is exact: the 16 bits are the top half of the float. Written as a shift so the
+// compiler sees plain integer math (the intrinsic's inline asm kept extra copies alive: spills).
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __uint_as_float(unsigned(__bfloat16_as_ushort(v)) << 16); }
 
 template <typename T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
@@ -34,25 +36,48 @@ template <> __device__ __forceinline__ __half from_float<__half>(float v) { retu
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 // ---- vector access: VEC elements of T, 16 bytes when VEC = 16 / sizeof(T) ----
+/// 16-bit types are kept as raw bits: the cuda_fp16/bf16 classes are not trivially copyable, and
+/// packs of them were copied element by element (one register per 16-bit value, and spills).
+template <typename T> struct StorageOf { using type = unsigned short; };
+template <> struct StorageOf<float> { using type = float; };
+
+template <typename T> __device__ __forceinline__ float bits_to_float(typename StorageOf<T>::type b);
+template <> __device__ __forceinline__ float bits_to_float<float>(float b) { return b; }
+template <> __device__ __forceinline__ float bits_to_float<__half>(unsigned short b) { return __half2float(__ushort_as_half(b)); }
+template <> __device__ __forceinline__ float bits_to_float<__nv_bfloat16>(unsigned short b) { return __uint_as_float(unsigned(b) << 16); }
+
+template <typename T> __device__ __forceinline__ typename StorageOf<T>::type float_to_bits(float v);
+template <> __device__ __forceinline__ float float_to_bits<float>(float v) { return v; }
+template <> __device__ __forceinline__ unsigned short float_to_bits<__half>(float v) { return __half_as_ushort(__float2half_rn(v)); }
+template <> __device__ __forceinline__ unsigned short float_to_bits<__nv_bfloat16>(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+
 template <typename T, int VEC>
 struct alignas(sizeof(T) * VEC) Pack {
-  T v[VEC];
+  typename StorageOf<T>::type v[VEC];
+  __device__ __forceinline__ float get(int i) const { return bits_to_float<T>(v[i]); }
+  __device__ __forceinline__ void set(int i, float x) { v[i] = float_to_bits<T>(x); }
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) v[i] = 0;  // +0.0 in every float format
+  }
+  __device__ __forceinline__ static Pack load(const T* p) { return *reinterpret_cast<const Pack*>(p); }
+  __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<Pack*>(p) = *this; }
 };
 
 /// Loads VEC elements starting at `p` as floats. Requires p aligned to sizeof(T) * VEC.
 template <typename T, int VEC>
 __device__ __forceinline__ void load_vec(const T* p, float (&out)[VEC]) {
-  const Pack<T, VEC> pack = *reinterpret_cast<const Pack<T, VEC>*>(p);
+  const Pack<T, VEC> pack = Pack<T, VEC>::load(p);
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) out[i] = to_float(pack.v[i]);
+  for (int i = 0; i < VEC; ++i) out[i] = pack.get(i);
 }
 
 template <typename T, int VEC>
 __device__ __forceinline__ void store_vec(T* p, const float (&in)[VEC]) {
   Pack<T, VEC> pack;
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) pack.v[i] = from_float<T>(in[i]);
-  *reinterpret_cast<Pack<T, VEC>*>(p) = pack;
+  for (int i = 0; i < VEC; ++i) pack.set(i, in[i]);
+  pack.store(p);
 }
 
 // ---- reductions ----

@@ -29,7 +29,7 @@ template <typename T, int ITEMS, int VEC>
 struct RowFragment {
   Pack<T, VEC> p[ITEMS];
 
-  __device__ __forceinline__ float at(int k, int i) const { return to_float(p[k].v[i]); }
+  __device__ __forceinline__ float at(int k, int i) const { return p[k].get(i); }
 
   /// Loads this lane's slots of `row`; slots past N (or every slot when !active) read as 0.
   /// VEC > 1 requires N % VEC == 0 and a 16-byte aligned row (the planner's vec rule).
@@ -38,10 +38,9 @@ struct RowFragment {
     for (int k = 0; k < ITEMS; ++k) {
       const int col = g.column<VEC>(k);
       if (active && col < n) {
-        p[k] = *reinterpret_cast<const Pack<T, VEC>*>(row + col);
+        p[k] = Pack<T, VEC>::load(row + col);
       } else {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) p[k].v[i] = from_float<T>(0.f);
+        p[k].zero();
       }
     }
   }
@@ -65,9 +64,9 @@ __device__ __forceinline__ void load_weight_vec(const W* p, float (&out)[VEC]) {
   constexpr int kChunk = int(16 / sizeof(W)) < VEC ? int(16 / sizeof(W)) : VEC;
 #pragma unroll
   for (int c = 0; c < VEC / kChunk; ++c) {
-    const Pack<W, kChunk> pack = *reinterpret_cast<const Pack<W, kChunk>*>(p + c * kChunk);
+    const Pack<W, kChunk> pack = Pack<W, kChunk>::load(p + c * kChunk);
 #pragma unroll
-    for (int j = 0; j < kChunk; ++j) out[c * kChunk + j] = to_float(pack.v[j]);
+    for (int j = 0; j < kChunk; ++j) out[c * kChunk + j] = pack.get(j);
   }
 }
 
@@ -112,8 +111,8 @@ __device__ __forceinline__ void stream_row(const RowGroup& g, int n, Load&& load
 template <typename T, int VEC>
 struct StreamBuffer {
   Pack<T, VEC> p[kStreamUnroll];
-  __device__ __forceinline__ void load(int u, const T* at) { p[u] = *reinterpret_cast<const Pack<T, VEC>*>(at); }
-  __device__ __forceinline__ float at(int u, int i) const { return to_float(p[u].v[i]); }
+  __device__ __forceinline__ void load(int u, const T* at) { p[u] = Pack<T, VEC>::load(at); }
+  __device__ __forceinline__ float at(int u, int i) const { return p[u].get(i); }
 };
 
 }  // namespace normkit::cuda
