@@ -4,7 +4,8 @@
 # under $OUT (packed into $OUT/gpu-check.tar.gz, since only a few files come back); a short
 # summary is printed last.
 #
-#   scripts/gpu-check.sh [stage ...]     stages: build ctest python bench sweep peers e2e (default: build ctest python bench)
+#   scripts/gpu-check.sh [stage ...]     stages: build ctest python bench (= seed llm) sweep peers e2e
+#                                        (default: build ctest python bench)
 #
 # Environment: OUT (log folder, default ./gpu-check-out), JOBS (build parallelism, default nproc),
 # CUDA_ARCH (default 90).
@@ -60,8 +61,10 @@ if has_stage python; then
   tail -n 3 "$LOGS/pytest.log" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
 BENCH=$BUILD/bench/normkit-bench
-if has_stage bench; then
+if has_stage bench || has_stage seed; then
   run_stage bench-seed "$BENCH" --suite seed --mode both --commit "$COMMIT" --md "$RESULTS/h200-seed.md" --json "$RESULTS/h200-seed.json"
+fi
+if has_stage bench || has_stage llm; then
   run_stage bench-llm "$BENCH" --suite llm --mode graph --iters 20 --warmup 3 --budget 0.5 --commit "$COMMIT" --md "$RESULTS/h200-llm.md" --json "$RESULTS/h200-llm.json"
 fi
 if has_stage sweep; then
