@@ -102,6 +102,10 @@ struct PlannerTable {
   int two_pass_target_blocks_per_sm = 4;
   /// fused backward: used by auto whenever the row fits the register-cached layout
   bool fused_enabled = true;
+  /// ... and only from this many elements (M x N) on: below it dX + tiled/two-pass were faster on the
+  /// H200 (seed cases at c87b6ca, graph replay: 1024 x 768 unfused 10.6 us vs fused 11.5 us; 4096 x
+  /// 1024 unfused 26.0 us vs fused 21.6 us).
+  std::int64_t fused_min_elements = 2 << 20;
   std::int64_t fused_min_rows_per_block = 2; ///< fewer blocks for small M: less partial traffic
   /// grid-wide sync + final reduce in one cooperative launch (else a second launch). Off: on the H200
   /// the cooperative launch cost ~16 us (docs/NOTES.md, entry 2).

@@ -491,9 +491,20 @@ normkit::Problem query_problem(std::string_view op, int64_t M, int64_t N, c10::S
 }
 
 normkit::DeviceFacts query_device() {
-  // The current CUDA device when there is one, else the H200 the defaults were measured on.
-  if (normkit::cuda_available()) return translate_errors([] { return normkit::current_device_facts(); });
-  return normkit::DeviceFacts::h200();
+  // The current CUDA device when there is one (from torch's cached device properties, the same
+  // cudaDeviceProp fields normkit's CUDA layer reads), else the H200 the defaults were measured on.
+  normkit::DeviceFacts facts = normkit::DeviceFacts::h200();
+#ifdef NORMKIT_WITH_CUDA
+  if (at::cuda::is_available()) {
+    const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
+    facts.sm_count = prop->multiProcessorCount;
+    facts.l2_bytes = prop->l2CacheSize;
+    facts.smem_per_block = static_cast<std::int64_t>(prop->sharedMemPerBlock);
+    facts.warp_size = prop->warpSize;
+    facts.max_threads_per_block = prop->maxThreadsPerBlock;
+  }
+#endif
+  return facts;
 }
 
 std::string plan_backward(std::string_view op, int64_t M, int64_t N, c10::ScalarType dtype, std::array<bool, 3> mask,

@@ -21,21 +21,12 @@ __global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threa
     constexpr bool kKeepWeights = ITEMS * VEC <= 16;
     float w[ITEMS][VEC];
     if constexpr (kKeepWeights) load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
-    RowFragment<T, ITEMS, VEC> x_next, dy_next;
-    {
-      const std::int64_t r = first + g.index;
-      x_next.load(p.x.row(r < p.rows ? r : 0), g, p.cols, r < p.rows);
-      dy_next.load(p.dy.row(r < p.rows ? r : 0), g, p.cols, r < p.rows);
-    }
     for (std::int64_t base = first; base < p.rows; base += row_step) {
       const std::int64_t r = base + g.index;
       const bool active = r < p.rows;
-      const RowFragment<T, ITEMS, VEC> xv = x_next, dyv = dy_next;
-      const std::int64_t r_next = r + row_step;
-      if (base + row_step < p.rows) {  // next row's loads fly while this row reduces
-        x_next.load(p.x.row(r_next < p.rows ? r_next : 0), g, p.cols, r_next < p.rows);
-        dy_next.load(p.dy.row(r_next < p.rows ? r_next : 0), g, p.cols, r_next < p.rows);
-      }
+      RowFragment<T, ITEMS, VEC> xv, dyv;
+      xv.load(p.x.row(active ? r : 0), g, p.cols, active);
+      dyv.load(p.dy.row(active ? r : 0), g, p.cols, active);
       if constexpr (!kKeepWeights) load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
       float mean = 0.f, rstd = 0.f;
       if (active) row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
@@ -72,7 +63,7 @@ __global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threa
           weights(col, w);
 #pragma unroll
           for (int i = 0; i < VEC; ++i) {
-            const float gv = dys.at(u, i) * w[i];
+            const float gv = __fmul_rn(dys.at(u, i), w[i]);
             sum_g += gv;
             sum_g_xhat += gv * (xs.at(u, i) - mean) * rstd;
           }
@@ -88,7 +79,7 @@ __global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threa
           weights(col, w);
 #pragma unroll
           for (int i = 0; i < VEC; ++i)
-            dx[i] = rstd * (dys.at(u, i) * w[i] - mean_g - (xs.at(u, i) - mean) * rstd * mean_g_xhat);
+            dx[i] = rstd * (__fmul_rn(dys.at(u, i), w[i]) - mean_g - (xs.at(u, i) - mean) * rstd * mean_g_xhat);
           store_vec<T, VEC>(dx_row + col, dx);
         });
       }

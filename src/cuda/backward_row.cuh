@@ -42,7 +42,7 @@ __device__ __forceinline__ void row_sums(const RowFragment<T, ITEMS, VEC>& x, co
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
       const float xhat = valid ? (x.at(k, i) - mean) * rstd : 0.f;
-      const float gv = dy.at(k, i) * w[k][i];
+      const float gv = __fmul_rn(dy.at(k, i), w[k][i]);  // rounded once: the same g as in row_store_dx
       sum_g += gv;
       sum_g_xhat += gv * xhat;
     }
@@ -62,7 +62,8 @@ __device__ __forceinline__ void row_store_dx(T* dx_row, const RowFragment<T, ITE
   for (int k = 0; k < ITEMS; ++k)
     store_slot<T, VEC>(dx_row, g, k, n, active, [&](int i) {
       const float xhat = (x.at(k, i) - mean) * rstd;
-      return rstd * (dy.at(k, i) * w[k][i] - mean_g - xhat * mean_g_xhat);
+      // __fmul_rn: no FMA contraction, so g - mean(g) is exactly 0 where the row is constant (N = 1)
+      return rstd * (__fmul_rn(dy.at(k, i), w[k][i]) - mean_g - xhat * mean_g_xhat);
     });
 }
 

@@ -43,15 +43,12 @@ __global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threa
       load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
       load_weight_fragment<ITEMS, VEC>(p.bias, g, p.cols, 0.f, b);
     }
-    RowFragment<T, ITEMS, VEC> next;
-    next.load(p.x.row(first + g.index < p.rows ? first + g.index : 0), g, p.cols, first + g.index < p.rows);
     // Every thread walks the same number of iterations: groups of more than a warp synchronise the block.
     for (std::int64_t base = first; base < p.rows; base += row_step) {
       const std::int64_t r = base + g.index;
       const bool active = r < p.rows;
-      const RowFragment<T, ITEMS, VEC> xv = next;
-      const std::int64_t r_next = r + row_step;
-      if (base + row_step < p.rows) next.load(p.x.row(r_next < p.rows ? r_next : 0), g, p.cols, r_next < p.rows);
+      RowFragment<T, ITEMS, VEC> xv;
+      xv.load(p.x.row(active ? r : 0), g, p.cols, active);
 
       float mean = 0.f, unused = 0.f;
       if constexpr (!kRms) {

@@ -33,21 +33,12 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
     for (int i = 0; i < VEC; ++i) acc_dgamma[k][i] = acc_dbeta[k][i] = 0.f;
 
   const std::int64_t first = std::int64_t(blockIdx.x) * p.rows_per_block;
-  RowFragment<T, ITEMS, VEC> x_next, dy_next;
-  {
-    const std::int64_t r = first + g.index;
-    x_next.load(p.x.row(r < p.rows ? r : 0), g, p.cols, r < p.rows);
-    dy_next.load(p.dy.row(r < p.rows ? r : 0), g, p.cols, r < p.rows);
-  }
   for (std::int64_t base = first; base < p.rows; base += row_step) {
     const std::int64_t r = base + g.index;
     const bool active = r < p.rows;
-    const RowFragment<T, ITEMS, VEC> xv = x_next, dyv = dy_next;
-    const std::int64_t r_next = r + row_step;
-    if (base + row_step < p.rows) {  // next row's loads fly while this row reduces
-      x_next.load(p.x.row(r_next < p.rows ? r_next : 0), g, p.cols, r_next < p.rows);
-      dy_next.load(p.dy.row(r_next < p.rows ? r_next : 0), g, p.cols, r_next < p.rows);
-    }
+    RowFragment<T, ITEMS, VEC> xv, dyv;
+    xv.load(p.x.row(active ? r : 0), g, p.cols, active);
+    dyv.load(p.dy.row(active ? r : 0), g, p.cols, active);
     float mean = 0.f, rstd = 0.f;
     if (active) row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
     // inactive groups loaded zeros: they add nothing (dy = 0)

@@ -122,7 +122,7 @@ std::size_t partial_bytes(std::int64_t partial_rows, const Problem& p) {
 }
 
 Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
-  if (t.fused_enabled && fused_fits(p, nullptr)) return Strategy::Fused;
+  if (t.fused_enabled && p.rows * p.cols >= t.fused_min_elements && fused_fits(p, nullptr)) return Strategy::Fused;
   if (p.rows <= t.simple_max_rows) return Strategy::Simple;
   // Tiled (one block per 32-column strip walking all M) is best while the strips alone fill the
   // GPU or M is too small to split; otherwise two-pass splits M so every SM has work (the seed's
@@ -254,6 +254,7 @@ std::string format_planner_table(const PlannerTable& t) {
      << "two_pass_min_rows_per_part = " << t.two_pass_min_rows_per_part << "\n"
      << "two_pass_target_blocks_per_sm = " << t.two_pass_target_blocks_per_sm << "\n"
      << "fused_enabled = " << (t.fused_enabled ? 1 : 0) << "\n"
+     << "fused_min_elements = " << t.fused_min_elements << "\n"
      << "fused_min_rows_per_block = " << t.fused_min_rows_per_block << "\n"
      << "fused_single_launch = " << (t.fused_single_launch ? 1 : 0) << "\n"
      << "row_items_target = " << t.row_items_target << "\n"
@@ -299,6 +300,7 @@ PlannerTable load_planner_table(const std::string& path) {
     else if (key == "two_pass_min_rows_per_part") t.two_pass_min_rows_per_part = std::max<long long>(v, 1);
     else if (key == "two_pass_target_blocks_per_sm") t.two_pass_target_blocks_per_sm = int(std::max<long long>(v, 1));
     else if (key == "fused_enabled") t.fused_enabled = v != 0;
+    else if (key == "fused_min_elements") t.fused_min_elements = v;
     else if (key == "fused_single_launch") t.fused_single_launch = v != 0;
     else if (key == "fused_min_rows_per_block") t.fused_min_rows_per_block = std::max<long long>(v, 1);
     else if (key == "row_items_target") t.row_items_target = int(std::clamp<long long>(v, 1, kMaxRowItems));

@@ -74,13 +74,25 @@ TEST(Planner, SeedCasesMixedChoiceIsDocumented) {
   }
 }
 
-TEST(Planner, AutoPicksFusedForEverySeedCase) {
+TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
+  const PlannerTable& t = default_planner_table();
+  const PlannerTable unfused = unfused_table();
   for (const SeedCase& c : kSeedCases) {
-    const Plan plan = normkit::plan(backward(c.m, c.n, c.dtype, {true, true, !c.rms}, c.rms), DeviceFacts::h200());
-    EXPECT_EQ(plan.strategy, Strategy::Fused) << c.name;
-    EXPECT_GE(plan.row.blocks, 1) << c.name;
-    EXPECT_LE(plan.row.blocks, DeviceFacts::h200().sm_count * kFusedBlocksPerSm) << c.name;
+    const Problem p = backward(c.m, c.n, c.dtype, {true, true, !c.rms}, c.rms);
+    const Plan plan = normkit::plan(p, DeviceFacts::h200());
+    if (c.m * c.n >= t.fused_min_elements) {
+      EXPECT_EQ(plan.strategy, Strategy::Fused) << c.name;
+      EXPECT_GE(plan.row.blocks, 1) << c.name;
+      EXPECT_LE(plan.row.blocks, DeviceFacts::h200().sm_count * kFusedBlocksPerSm) << c.name;
+    } else {  // small: the mixed tiled / two-pass choice
+      EXPECT_EQ(plan.strategy, normkit::plan(p, DeviceFacts::h200(), Strategy::Auto, unfused).strategy) << c.name;
+    }
   }
+  // the boundary itself
+  const std::int64_t n = 1024, m = t.fused_min_elements / n;
+  EXPECT_EQ(normkit::plan(backward(m, n, DType::F16, {true, true, true}), DeviceFacts::h200()).strategy, Strategy::Fused);
+  EXPECT_NE(normkit::plan(backward(m - 1, n, DType::F16, {true, true, true}), DeviceFacts::h200()).strategy,
+            Strategy::Fused);
 }
 
 TEST(Planner, TiledBandBoundaries) {
@@ -216,7 +228,8 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.simple_max_rows = 3;
   t.two_pass_min_rows_per_part = 96;
   t.fused_enabled = false;
-  t.fused_single_launch = false;
+  t.fused_single_launch = true;
+  t.fused_min_elements = 12345;
   t.row_block_threads = 512;
   const std::string path = ::testing::TempDir() + "normkit_table.txt";
   { std::ofstream(path) << format_planner_table(t); }
