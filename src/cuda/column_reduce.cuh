@@ -96,4 +96,14 @@ __global__ void __launch_bounds__(1024) reduce_partials_kernel(const BackwardPar
                      int(threadIdx.y), int(blockDim.y), smem);
 }
 
+/// Launches the partial reduce with the plan's column shape (two-pass pass 2, fused second launch).
+template <typename T, typename W>
+void launch_reduce_partials(const BackwardParams<T, W>& params, const float* partials, std::int64_t partial_rows,
+                            const ColumnShape& columns, cudaStream_t stream) {
+  const dim3 block(unsigned(kWarpSize), unsigned(columns.reduce_block_y));
+  const std::size_t smem = sizeof(float) * kWarpSize * std::size_t(columns.reduce_block_y);
+  reduce_partials_kernel<T, W><<<unsigned(columns.col_blocks), block, smem, stream>>>(params, partials, partial_rows);
+  check_launch("reduce_partials_kernel");
+}
+
 }  // namespace normkit::cuda

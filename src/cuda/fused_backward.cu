@@ -119,13 +119,8 @@ void launch_fused_backward(const BackwardProblem& p, const Plan& plan, float* pa
     check(cudaLaunchKernelEx(&config, kernel, params, partials, reduce_in_kernel), "fused_backward_kernel launch");
   });
   check_launch("fused_backward_kernel");
-  if (p.mask().any_gamma_beta() && !direct && !reduce_in_kernel) {
-    const dim3 reduce_block(unsigned(kWarpSize), unsigned(plan.columns.reduce_block_y));
-    reduce_partials_kernel<T, W><<<unsigned(plan.columns.col_blocks), reduce_block,
-                                   sizeof(float) * kWarpSize * std::size_t(plan.columns.reduce_block_y), stream>>>(
-        params, partials, plan.partial_rows);
-    check_launch("reduce_partials_kernel");
-  }
+  if (p.mask().any_gamma_beta() && !direct && !reduce_in_kernel)
+    launch_reduce_partials<T, W>(params, partials, plan.partial_rows, plan.columns, stream);
 }
 
 #define NORMKIT_INSTANTIATE(T, W) \

@@ -49,11 +49,7 @@ void launch_gamma_beta_two_pass(const BackwardProblem& p, const Plan& plan, floa
   }
   check_launch("two_pass_partials_kernel");
 
-  const dim3 reduce_block(unsigned(kWarpSize), unsigned(c.reduce_block_y));
-  reduce_partials_kernel<T, W><<<unsigned(c.col_blocks), reduce_block,
-                                 sizeof(float) * kWarpSize * std::size_t(c.reduce_block_y), stream>>>(params, partials,
-                                                                                                    c.row_parts);
-  check_launch("reduce_partials_kernel");
+  launch_reduce_partials<T, W>(params, partials, c.row_parts, c, stream);
 }
 
 #define NORMKIT_INSTANTIATE(T, W) \
