@@ -56,8 +56,10 @@ if has_stage ctest; then
   grep -E "tests passed|tests failed|Skipped|\[  PASSED  \]|\[  FAILED  \]|\[  SKIPPED \]" "$LOGS/ctest.log" | head -20 | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
 if has_stage python; then
-  run_stage pip python3 -m pip install --no-build-isolation --no-deps -v .
-  run_stage pytest python3 -m pytest -q -x --timeout=900 tests/python
+  MAX_JOBS=$JOBS run_stage pip python3 -m pip install --no-build-isolation --no-deps -v .
+  # Worker processes (pytest-xdist, installed there): a crash in one test is reported as that test's
+  # failure instead of ending the run.
+  run_stage pytest python3 -m pytest -q -n 2 --timeout=900 tests/python
   tail -n 3 "$LOGS/pytest.log" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
 BENCH=$BUILD/bench/normkit-bench
