@@ -36,12 +36,16 @@ DeviceFacts cuda_device_facts() {
 }
 
 bool cuda_device_present() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky "no device" error
-    return false;
-  }
-  return count > 0;
+  // Asked by every validated call (pointer classification): the answer cannot change within a process.
+  static const bool present = [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the sticky "no device" error
+      return false;
+    }
+    return count > 0;
+  }();
+  return present;
 }
 
 PointerKind classify_pointer(const void* ptr) {

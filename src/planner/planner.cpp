@@ -187,7 +187,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
 
   if (strategy == Strategy::Fused) {
     out.row = row_shape(p, device, t, kMaxFusedItems, kFusedBlockThreads, kFusedBlockThreads);
-    // Persistent grid: fused_blocks_per_sm co-resident blocks per SM (the kernel's launch bounds
+    // Persistent grid: kFusedBlocksPerSm co-resident blocks per SM (the kernel's launch bounds
     // guarantee the registers), fewer when M is small so the partials stay small.
     const std::int64_t rows_per_block_min = std::int64_t(out.row.rows_per_block) * t.fused_min_rows_per_block;
     const std::int64_t by_rows = std::max<std::int64_t>(1, ceil_div(p.rows, rows_per_block_min));
