@@ -71,6 +71,10 @@ struct Vec {
 
 enum class Device : std::uint8_t { Cpu, Cuda };
 
+/// Longest row (N) the CUDA path accepts: 2^30 elements (a row of 2 GiB in fp16). Longer rows throw
+/// normkit::Error; the CPU path has no such limit.
+constexpr std::int64_t kMaxCudaRowLength = std::int64_t(1) << 30;
+
 /// How the gamma/beta (weight-gradient) reduction of a backward call is computed.
 /// Auto asks the planner; any other value forces that strategy or fails with normkit::Error.
 enum class Strategy : std::uint8_t { Auto, Simple, Tiled, TwoPass, Fused };

@@ -113,6 +113,11 @@ class Validator {
     if (!dtype_known(x.dtype)) fail(name, "has dtype " + dtype_label(x.dtype));
     if (device_ == Device::Cuda && x.dtype == DType::F64)
       fail(name, "has dtype f64, which only the CPU path supports (CUDA supports f32, f16, bf16)");
+    // The kernels index within a row with 32-bit ints (rows with 64-bit offsets); the margin keeps
+    // a streamed row's look-ahead index from overflowing.
+    if (device_ == Device::Cuda && x.cols > kMaxCudaRowLength)
+      fail(name, "has N = " + std::to_string(x.cols) + " elements per row, more than the CUDA path's " +
+                     std::to_string(kMaxCudaRowLength));
   }
 
   /// Any activation view (x, y, dy, dx): dtype T, shape [M, N], row_stride >= N, addressable,

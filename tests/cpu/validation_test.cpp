@@ -271,6 +271,37 @@ TEST(Validation, F64OnCudaIsRejectedNamingTheDtype) {
   EXPECT_TRUE(all_bytes_poisoned(dweight.buffer));
 }
 
+// The CUDA path indexes within a row with 32-bit ints: longer rows are an argument error naming x,
+// raised before any memory is touched (the views below point at a few bytes only).
+TEST(Validation, RowTooLongForCudaIsRejectedNamingX) {
+  const std::int64_t n = kMaxCudaRowLength + 1;
+  std::vector<float> few(16, 1.f);
+  float stats[2] = {0.f, 1.f};
+  LayerNormForwardArgs forward;
+  forward.x = {few.data(), DType::F32, 1, n};
+  forward.y = {few.data(), DType::F32, 1, n};
+  forward.mean = {&stats[0], DType::F32, 1};
+  forward.rstd = {&stats[1], DType::F32, 1};
+  RmsNormBackwardArgs backward;
+  backward.dy = {few.data(), DType::F32, 1, n};
+  backward.x = {few.data(), DType::F32, 1, n};
+  backward.rstd = {&stats[1], DType::F32, 1};
+  backward.dx = Rows{few.data(), DType::F32, 1, n};
+  for (const std::function<void()>& call : std::vector<std::function<void()>>{
+           [&] { layer_norm_forward(forward, ExecConfig{Device::Cuda}); },
+           [&] { rms_norm_backward(backward, ExecConfig{Device::Cuda}); }}) {
+    try {
+      call();
+      ADD_FAILURE() << "no normkit::Error thrown";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("'x'"), std::string::npos) << message;
+      EXPECT_NE(message.find(std::to_string(n)), std::string::npos) << message;
+    }
+  }
+  EXPECT_EQ(few, std::vector<float>(16, 1.f));  // nothing written
+}
+
 // Pointer checks need the CUDA runtime to classify memory: with a device, plain pageable host
 // memory handed to a CUDA call is an argument error naming the argument.
 TEST(Validation, PageableHostPointerOnCudaIsRejected) {
