@@ -23,6 +23,20 @@ struct BadCase {
   std::string detail;    // further text what() must contain ("" = none)
 };
 
+/// `call` must throw normkit::Error whose what() names 'argument' and contains `detail` (if any).
+void expect_error_naming(const std::function<void()>& call, const std::string& argument, const std::string& detail) {
+  try {
+    call();
+    ADD_FAILURE() << "no normkit::Error thrown";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("'" + argument + "'"), std::string::npos) << message;
+    if (!detail.empty()) {
+      EXPECT_NE(message.find(detail), std::string::npos) << message;
+    }
+  }
+}
+
 /// Runs `call(args)` for each case on a fresh copy of `valid`; all `outputs` must be unchanged.
 template <class Args, class Call>
 void expect_all_rejected(const Args& valid, const std::vector<BadCase<Args>>& cases, Call call,
@@ -33,16 +47,7 @@ void expect_all_rejected(const Args& valid, const std::vector<BadCase<Args>>& ca
     SCOPED_TRACE(c.label);
     Args args = valid;
     c.mutate(args);
-    try {
-      call(args);
-      ADD_FAILURE() << "no normkit::Error thrown";
-    } catch (const Error& e) {
-      const std::string message = e.what();
-      EXPECT_NE(message.find("'" + c.argument + "'"), std::string::npos) << message;
-      if (!c.detail.empty()) {
-        EXPECT_NE(message.find(c.detail), std::string::npos) << message;
-      }
-    }
+    expect_error_naming([&] { call(args); }, c.argument, c.detail);
     for (std::size_t i = 0; i < outputs.size(); ++i)
       EXPECT_EQ(outputs[i]->bytes, before[i]) << "output " << i << " was written before the error";
   }
@@ -250,16 +255,7 @@ TEST(Validation, F64OnCudaIsRejectedNamingTheDtype) {
   dy.fill_normal(rng);
   mean.fill_normal(rng);
   rstd.fill_normal(rng, 2.0, 0.1);
-  auto expect_f64_error = [](const std::function<void()>& call) {
-    try {
-      call();
-      ADD_FAILURE() << "no normkit::Error thrown";
-    } catch (const Error& e) {
-      const std::string message = e.what();
-      EXPECT_NE(message.find("'x'"), std::string::npos) << message;
-      EXPECT_NE(message.find("f64"), std::string::npos) << message;
-    }
-  };
+  auto expect_f64_error = [](const std::function<void()>& call) { expect_error_naming(call, "x", "f64"); };
   expect_f64_error([&] { layer_norm_forward({x.cview(), std::nullopt, std::nullopt, 1e-5, y.view(), mean.view(), rstd.view()}, cuda); });
   expect_f64_error([&] { rms_norm_forward({x.cview(), std::nullopt, 1e-5, y.view(), rstd.view()}, cuda); });
   expect_f64_error([&] {
@@ -287,18 +283,8 @@ TEST(Validation, RowTooLongForCudaIsRejectedNamingX) {
   backward.x = {few.data(), DType::F32, 1, n};
   backward.rstd = {&stats[1], DType::F32, 1};
   backward.dx = Rows{few.data(), DType::F32, 1, n};
-  for (const std::function<void()>& call : std::vector<std::function<void()>>{
-           [&] { layer_norm_forward(forward, ExecConfig{Device::Cuda}); },
-           [&] { rms_norm_backward(backward, ExecConfig{Device::Cuda}); }}) {
-    try {
-      call();
-      ADD_FAILURE() << "no normkit::Error thrown";
-    } catch (const Error& e) {
-      const std::string message = e.what();
-      EXPECT_NE(message.find("'x'"), std::string::npos) << message;
-      EXPECT_NE(message.find(std::to_string(n)), std::string::npos) << message;
-    }
-  }
+  expect_error_naming([&] { layer_norm_forward(forward, ExecConfig{Device::Cuda}); }, "x", std::to_string(n));
+  expect_error_naming([&] { rms_norm_backward(backward, ExecConfig{Device::Cuda}); }, "x", std::to_string(n));
   EXPECT_EQ(few, std::vector<float>(16, 1.f));  // nothing written
 }
 
