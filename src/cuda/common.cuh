@@ -26,9 +26,7 @@ inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel)
 // ---- element conversions (all math is fp32) ----
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-// bf16 -> fp32 is exact: the 16 bits are the top half of the float. Written as a shift so the
-// compiler sees plain integer math (the intrinsic's inline asm kept extra copies alive: spills).
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __uint_as_float(unsigned(__bfloat16_as_ushort(v)) << 16); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 template <typename T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
@@ -36,8 +34,8 @@ template <> __device__ __forceinline__ __half from_float<__half>(float v) { retu
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 // ---- vector access: VEC elements of T, 16 bytes when VEC = 16 / sizeof(T) ----
-/// 16-bit types are kept as raw bits: the cuda_fp16/bf16 classes are not trivially copyable, and
-/// packs of them were copied element by element (one register per 16-bit value, and spills).
+/// 16-bit types are kept as raw bits (the cuda_fp16/bf16 classes are not trivially copyable), so a
+/// pack is a plain 16-byte value; bf16 -> fp32 is exact: the 16 bits are the top half of the float.
 template <typename T> struct StorageOf { using type = unsigned short; };
 template <> struct StorageOf<float> { using type = float; };
 

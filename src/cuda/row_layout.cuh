@@ -23,8 +23,7 @@ struct RowGroup {
 };
 
 /// ITEMS vectors of VEC elements of one row, held in registers in their storage type (half the
-/// registers of fp32 for 16-bit types: room to keep the next row's loads in flight) and converted
-/// to fp32 where used. All math is fp32.
+/// registers of fp32 for 16-bit types) and converted to fp32 where used. All math is fp32.
 template <typename T, int ITEMS, int VEC>
 struct RowFragment {
   Pack<T, VEC> p[ITEMS];
