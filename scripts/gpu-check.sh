@@ -4,11 +4,15 @@
 # under $OUT (packed into $OUT/gpu-check.tar.gz, since only a few files come back); a short
 # summary is printed last.
 #
-#   scripts/gpu-check.sh [stage ...]     stages: build ctest python bench (= seed llm) sweep peers e2e
+#   scripts/gpu-check.sh [stage ...]     stages: build ctest python bench (= seed llm) llm-unstaged sweep profile
+#                                        peers e2e
 #                                        (default: build ctest python bench)
 #
 # Environment: OUT (log folder, default ./gpu-check-out), JOBS (build parallelism, default nproc),
-# CUDA_ARCH (default 90).
+# CUDA_ARCH (default 90), PREBUILT (a folder holding normkit_gpu_tests, normkit_cpu_tests and
+# normkit-bench built elsewhere for sm_90, e.g. by scripts/prebuild.sh on a machine without a GPU:
+# the build stage is then skipped and the test binaries are run directly instead of through CTest,
+# which saves the device time of the build).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -22,8 +26,13 @@ mkdir -p "$LOGS" "$RESULTS" "$OUT"
 JOBS=${JOBS:-$(nproc)}
 CUDA_ARCH=${CUDA_ARCH:-90}
 BUILD=$ROOT/build-gpu
+PREBUILT=${PREBUILT:-}
 STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(build ctest python bench)
+if [ -n "$PREBUILT" ]; then
+  PREBUILT=$(cd "$PREBUILT" && pwd)
+  STAGES=("${STAGES[@]/build}")
+fi
 # The GPU machine gets a copy of the work tree without .git: pass COMMIT=<sha> there.
 if [ -z "${COMMIT:-}" ]; then
   COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -42,6 +51,11 @@ run_stage() {  # name, command...: runs with its log, records pass/fail and seco
   else
     say "FAIL  $name ($((SECONDS - start)) s): see logs/$name.log"; tail -n 40 "$LOGS/$name.log" >&2
   fi
+  pack
+}
+pack() {  # after every stage: a run cut short by its time limit still returns what it finished
+  cp "$SUMMARY" "$OUT/summary.txt"
+  tar -C "$WORK" -czf "$OUT/gpu-check.tar.gz" summary.txt logs results 2>/dev/null
 }
 
 say "normkit gpu-check  commit=$COMMIT  date=$(date -u +%Y-%m-%dT%H:%MZ)  stages=${STAGES[*]}"
@@ -51,7 +65,12 @@ if has_stage build; then
   run_stage build bash -c "cmake -S . -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH -DNORMKIT_PTXAS_VERBOSE=ON && cmake --build '$BUILD' -j $JOBS"
   grep -E "spill stores" "$LOGS/build.log" | grep -v " 0 bytes spill stores" | sort | uniq -c > "$LOGS/spills.txt" || true
 fi
-if has_stage ctest; then
+if has_stage ctest && [ -n "$PREBUILT" ]; then
+  run_stage cpu-tests "$PREBUILT/normkit_cpu_tests"
+  grep -E "\[  PASSED  \]|\[  FAILED  \]|\[  SKIPPED \]" "$LOGS/cpu-tests.log" | head -20 | sed 's/^/  cpu: /' | tee -a "$SUMMARY"
+  run_stage gpu-tests "$PREBUILT/normkit_gpu_tests"
+  grep -E "\[  PASSED  \]|\[  FAILED  \]|\[  SKIPPED \]" "$LOGS/gpu-tests.log" | head -20 | sed 's/^/  gpu: /' | tee -a "$SUMMARY"
+elif has_stage ctest; then
   run_stage ctest ctest --test-dir "$BUILD" --output-on-failure -j 4 --timeout 1500
   grep -E "tests passed|tests failed|Skipped|\[  PASSED  \]|\[  FAILED  \]|\[  SKIPPED \]" "$LOGS/ctest.log" | head -20 | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
@@ -62,18 +81,33 @@ if has_stage python; then
   run_stage pytest python3 -m pytest -q -n 2 --timeout=900 tests/python
   tail -n 3 "$LOGS/pytest.log" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
-BENCH=$BUILD/bench/normkit-bench
+BENCH=${PREBUILT:+$PREBUILT/normkit-bench}
+BENCH=${BENCH:-$BUILD/bench/normkit-bench}
 if has_stage bench || has_stage seed; then
   run_stage bench-seed "$BENCH" --suite seed --mode both --commit "$COMMIT" --md "$RESULTS/h200-seed.md" --json "$RESULTS/h200-seed.json"
 fi
 if has_stage bench || has_stage llm; then
   run_stage bench-llm "$BENCH" --suite llm --mode graph --iters 20 --warmup 3 --budget 0.5 --commit "$COMMIT" --md "$RESULTS/h200-llm.md" --json "$RESULTS/h200-llm.json"
 fi
+if has_stage llm-unstaged; then
+  # A/B of the row staging: the llm suite with RowShape::stages = 0 (rows loaded straight into registers).
+  printf 'row_pipeline_stages = 0\n' > "$WORK/unstaged.table"
+  NORMKIT_PLANNER_TABLE="$WORK/unstaged.table" run_stage bench-llm-unstaged "$BENCH" --suite llm --mode graph --iters 20 \
+    --warmup 3 --budget 0.5 --commit "$COMMIT+unstaged" --md "$RESULTS/h200-llm-unstaged.md" --json "$RESULTS/h200-llm-unstaged.json"
+fi
 if has_stage sweep; then
   for dt in f16 bf16; do
     run_stage "sweep-$dt" "$BENCH" --sweep --quick --dtype "$dt" --op ln_gb,rms_gb,ln_bwd --commit "$COMMIT" --json "$RESULTS/h200-sweep-$dt.json" --csv "$RESULTS/h200-sweep-$dt.csv"
   done
   run_stage plot python3 bench/plot.py "$RESULTS"/h200-sweep-*.json --out-dir "$RESULTS"
+fi
+if has_stage profile; then
+  # Nsight Compute on the two kernels the large-shape targets hinge on (forward, fused backward),
+  # 131072 x 4096 bf16: occupancy, throughput and warp stall reasons.
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  run_stage profile "$NCU" --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section MemoryWorkloadAnalysis -k "regex:forward_kernel|fused_backward_kernel|dx_kernel" -c 3 \
+    "$BENCH" --shape 131072,4096 --op ln_fwd,ln_bwd --dtype bf16 --strategy fused --mode events --iters 1 --warmup 0 --runs 1
 fi
 if has_stage peers; then
   run_stage peers python3 bench/peers.py --commit "$COMMIT" --compile-budget 45 --out "$RESULTS/h200-peers.md"
@@ -82,8 +116,7 @@ if has_stage e2e; then
   run_stage e2e python3 bench/e2e.py --out "$RESULTS/h200-e2e.md"
 fi
 
-cp "$SUMMARY" "$OUT/summary.txt"
-tar -C "$WORK" -czf "$OUT/gpu-check.tar.gz" summary.txt logs results 2>/dev/null
+pack
 echo
 echo "================ gpu-check summary ================"
 cat "$SUMMARY"

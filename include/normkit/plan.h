@@ -33,6 +33,8 @@ struct DeviceFacts {
   int sm_count = 132;
   std::int64_t l2_bytes = 60LL << 20;
   std::int64_t smem_per_block = 48 << 10;  ///< without opt-in
+  std::int64_t smem_per_block_optin = 227 << 10;  ///< with cudaFuncAttributeMaxDynamicSharedMemorySize
+  std::int64_t smem_per_sm = 228 << 10;
   int warp_size = 32;
   int max_threads_per_block = 1024;
   static DeviceFacts h200() { return {}; }
@@ -58,6 +60,10 @@ struct RowShape {
   int threads_per_row = 32; ///< power of two, 1..1024
   int rows_per_block = 1;   ///< groups per block
   std::int64_t blocks = 0;  ///< grid size; rows are grid-strided when blocks * rows_per_block < M
+  /// Rows staged through shared memory by cp.async, this many row iterations deep (stages - 1 in
+  /// flight while one is used); 0 = loaded straight into registers. Needs vec > 1 (16-byte copies).
+  int stages = 0;
+  std::int64_t smem_bytes = 0;  ///< dynamic shared memory per block for the stages
   int block_threads() const { return threads_per_row * rows_per_block; }
 };
 
@@ -114,6 +120,11 @@ struct PlannerTable {
   int row_items_target = 4;                  ///< vectors per thread aimed for when sizing a group
   int row_block_threads = 256;               ///< threads per block when several rows share a block (power of 2)
   int row_blocks_per_sm = 8;                 ///< grid-stride cap for row kernels
+  /// Row iterations staged through shared memory by cp.async in the row-cached kernels (forward,
+  /// dX, fused); 0 or 1 = no staging (loads straight into registers). Why: a row kernel's registers
+  /// cap its resident warps (16 per SM at 128 registers), so register-only loads keep too few bytes
+  /// in flight for HBM; the stages keep stages - 1 row iterations in flight from shared memory.
+  int row_pipeline_stages = 4;
 };
 
 const PlannerTable& default_planner_table();
@@ -125,8 +136,8 @@ std::string format_planner_table(const PlannerTable& table);
 /// Largest register-cached items per thread (template instances exist for 1, 2, 4).
 constexpr int kMaxRowItems = 4;
 /// Register budget of the row kernels: a block of T threads gets 65536 / T registers per thread
-/// (at most 255), and a thread holds its fragment, the next row's fragment (prefetch) and, for
-/// small fragments, its weights. A group caching more items per thread must therefore be smaller.
+/// (at most 255), and a thread holds its fragment and, for small fragments, its weights. A group
+/// caching more items per thread must therefore be smaller.
 /// The kernels' __launch_bounds__ use this; ptxas -v shows which instances still spill.
 constexpr int max_row_threads(int items) { return items >= 8 ? 128 : items >= 4 ? 256 : items >= 2 ? 512 : 1024; }
 /// Rows too long to cache are streamed (read twice) by groups of this many threads.
@@ -140,6 +151,10 @@ constexpr int row_min_blocks_per_sm(int threads) { return threads >= 512 ? 1 : 5
 constexpr int kMaxFusedItems = 2;
 constexpr int kFusedBlockThreads = 512;
 constexpr int kFusedBlocksPerSm = 1;
+/// Row pipelines hold at most this many stages (the kernels' cp.async wait takes it as a constant).
+constexpr int kMaxRowStages = 8;
+/// Shared memory the CUDA runtime reserves per resident block (sm_80 and later).
+constexpr int kSmemReservedPerBlock = 1 << 10;
 /// Warp size of the target. NVIDIA: 32 (AMD wavefronts are 64; DeviceFacts::warp_size carries it).
 constexpr int kWarpSize = 32;
 

@@ -500,6 +500,8 @@ normkit::DeviceFacts query_device() {
     facts.sm_count = prop->multiProcessorCount;
     facts.l2_bytes = prop->l2CacheSize;
     facts.smem_per_block = static_cast<std::int64_t>(prop->sharedMemPerBlock);
+    facts.smem_per_block_optin = static_cast<std::int64_t>(prop->sharedMemPerBlockOptin);
+    facts.smem_per_sm = static_cast<std::int64_t>(prop->sharedMemPerMultiprocessor);
     facts.warp_size = prop->warpSize;
     facts.max_threads_per_block = prop->maxThreadsPerBlock;
   }

@@ -7,7 +7,7 @@
 namespace normkit::cuda {
 namespace {
 
-template <typename T, typename W, bool kRms, int ITEMS, int VEC>
+template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
 __global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threads(ITEMS),
                                   row_min_blocks_per_sm(ITEMS == 0 ? kStreamRowThreads : max_row_threads(ITEMS))) backward_dx_kernel(const BackwardParams<T, W> p) {
   __shared__ float scratch[2 * 1024 / kWarpSize];
@@ -21,20 +21,15 @@ __global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threa
     constexpr bool kKeepWeights = ITEMS * VEC <= 16;
     float w[ITEMS][VEC];
     if constexpr (kKeepWeights) load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
-    for (std::int64_t base = first; base < p.rows; base += row_step) {
-      const std::int64_t r = base + g.index;
-      const bool active = r < p.rows;
-      RowFragment<T, ITEMS, VEC> xv, dyv;
-      xv.load(p.x.row(active ? r : 0), g, p.cols, active);
-      dyv.load(p.dy.row(active ? r : 0), g, p.cols, active);
-      if constexpr (!kKeepWeights) load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
-      float mean = 0.f, rstd = 0.f;
-      if (active) row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
-      float sum_g, sum_g_xhat;
-      row_sums(xv, dyv, w, mean, rstd, g, p.cols, sum_g, sum_g_xhat);
-      row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
-      row_store_dx<kRms>(p.dx.row(active ? r : 0), xv, dyv, w, mean, rstd, sum_g, sum_g_xhat, g, p.cols, active);
-    }
+    walk_backward_rows<kStaged, kRms, ITEMS, VEC>(
+        p, g, [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv,
+                  const RowFragment<T, ITEMS, VEC>& dyv, float mean, float rstd) {
+          if constexpr (!kKeepWeights) load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
+          float sum_g, sum_g_xhat;
+          row_sums(xv, dyv, w, mean, rstd, g, p.cols, sum_g, sum_g_xhat);
+          row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
+          row_store_dx<kRms>(p.dx.row(active ? r : 0), xv, dyv, w, mean, rstd, sum_g, sum_g_xhat, g, p.cols, active);
+        });
   } else {
     // Streaming: pass 1 row sums, pass 2 dx (the second read of x and dy mostly hits L2).
     for (std::int64_t base = first; base < p.rows; base += row_step) {
@@ -102,7 +97,8 @@ BackwardParams<T, W> make_backward_params(const BackwardProblem& p, const Plan& 
           p.rows(),
           int(p.cols()),
           plan.row.threads_per_row,
-          plan.row.rows_per_block};
+          plan.row.rows_per_block,
+          plan.row.stages};
 }
 
 template <typename T, typename W>
@@ -110,11 +106,12 @@ void launch_backward_dx(const BackwardProblem& p, const Plan& plan, cudaStream_t
   if (p.rows() == 0 || !p.dx) return;
   const BackwardParams<T, W> params = make_backward_params<T, W>(p, plan);
   const dim3 grid(unsigned(plan.row.blocks)), block(unsigned(plan.row.block_threads()));
-  dispatch_row_shape<T, kMaxRowItems, true>(plan.row, [&](auto items, auto vec) {
-    if (p.rms)
-      backward_dx_kernel<T, W, true, items(), vec()><<<grid, block, 0, stream>>>(params);
-    else
-      backward_dx_kernel<T, W, false, items(), vec()><<<grid, block, 0, stream>>>(params);
+  const std::size_t smem = std::size_t(plan.row.smem_bytes);
+  dispatch_row_shape<T, kMaxRowItems, true>(plan.row, [&](auto items, auto vec, auto staged) {
+    void (*kernel)(BackwardParams<T, W>) = p.rms ? backward_dx_kernel<T, W, true, staged(), items(), vec()>
+                                                 : backward_dx_kernel<T, W, false, staged(), items(), vec()>;
+    allow_dynamic_smem(kernel, plan.row.smem_bytes, "backward_dx_kernel shared memory");
+    kernel<<<grid, block, smem, stream>>>(params);
   });
   check_launch("backward_dx_kernel");
 }

@@ -22,6 +22,7 @@ struct BackwardParams {
   int cols;
   int threads_per_row;
   int rows_per_block;
+  int stages;             // RowShape::stages: 0 = rows loaded straight into registers
 };
 
 /// Kernel parameters from a validated problem (backward_dx.cu).
@@ -72,6 +73,51 @@ template <bool kRms>
 __device__ __forceinline__ void row_stats(const float* mean, const float* rstd, std::int64_t r, float& m, float& s) {
   m = kRms ? 0.f : mean[r];
   s = rstd[r];
+}
+
+/// Walks this block's rows with x, dy and the row statistics in hand: body(r, active, x, dy, mean,
+/// rstd) once per row group and iteration (inactive groups, past M, get zeros and must store
+/// nothing). Staged (kStaged: p.stages deep through shared memory, see RowStages) or loaded
+/// straight into registers.
+template <bool kStaged, bool kRms, int ITEMS, int VEC, typename T, typename W, typename Body>
+__device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p, const RowGroup& g, Body&& body) {
+  const std::int64_t first = std::int64_t(blockIdx.x) * p.rows_per_block + g.index;
+  const std::int64_t row_step = std::int64_t(gridDim.x) * p.rows_per_block;
+  const std::int64_t iterations = row_iterations(p.rows, p.rows_per_block);
+  if constexpr (kStaged) {
+    const RowStages<T, ITEMS, VEC, 2> stages(p.stages);
+    staged_row_walk(
+        iterations, p.stages,
+        [&](std::int64_t it, int s) {
+          const std::int64_t r = first + it * row_step;
+          if (r >= p.rows) return;
+          stages.copy_row(s, 0, p.x.row(r), g, p.cols);
+          stages.copy_row(s, 1, p.dy.row(r), g, p.cols);
+          if (!kRms) stages.copy_stat(s, 0, p.mean + r);
+          stages.copy_stat(s, 1, p.rstd + r);
+        },
+        [&](std::int64_t it, int s) {
+          const std::int64_t r = first + it * row_step;
+          const bool active = r < p.rows;
+          RowFragment<T, ITEMS, VEC> xv, dyv;
+          stages.read_row(s, 0, xv, g, p.cols, active);
+          stages.read_row(s, 1, dyv, g, p.cols, active);
+          const float mean = (active && !kRms) ? stages.stat(s, 0) : 0.f;
+          const float rstd = active ? stages.stat(s, 1) : 0.f;
+          body(r, active, xv, dyv, mean, rstd);
+        });
+  } else {
+    for (std::int64_t it = 0; it < iterations; ++it) {
+      const std::int64_t r = first + it * row_step;
+      const bool active = r < p.rows;
+      RowFragment<T, ITEMS, VEC> xv, dyv;
+      xv.load(p.x.row(active ? r : 0), g, p.cols, active);
+      dyv.load(p.dy.row(active ? r : 0), g, p.cols, active);
+      float mean = 0.f, rstd = 0.f;
+      if (active) row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
+      body(r, active, xv, dyv, mean, rstd);
+    }
+  }
 }
 
 }  // namespace normkit::cuda

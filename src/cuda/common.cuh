@@ -7,7 +7,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "normkit/plan.h"
 #include "normkit/types.h"
@@ -22,6 +25,23 @@ inline void check(cudaError_t status, const char* what) {
 }
 /// After every launch: configuration errors surface here, not at the next unrelated call.
 inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+
+/// Lets `kernel` take `bytes` of dynamic shared memory on the current device (above 48 KB it must be
+/// asked for). Asked once per kernel and device, so that launches inside a CUDA graph capture that
+/// follow a first eager call make no attribute calls.
+template <typename Kernel>
+void allow_dynamic_smem(Kernel* kernel, std::int64_t bytes, const char* what) {
+  if (bytes <= (48 << 10)) return;
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, std::int64_t> granted;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::int64_t& have = granted[{reinterpret_cast<const void*>(kernel), device}];
+  if (have >= bytes) return;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), what);
+  have = bytes;
+}
 
 // ---- element conversions (all math is fp32) ----
 __device__ __forceinline__ float to_float(float v) { return v; }
@@ -109,6 +129,51 @@ __device__ __forceinline__ void row_group_sum2(float& a, float& b, int group_thr
     a += scratch[2 * (first_warp + w)];
     b += scratch[2 * (first_warp + w) + 1];
   }
+}
+
+// ---- asynchronous global -> shared copies (cp.async, sm_80 and later) ----
+/// Copies 16 bytes (both addresses 16-byte aligned) without passing through registers.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* global) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(smem))),
+               "l"(global)
+               : "memory");
+#else
+  *static_cast<uint4*>(smem) = *static_cast<const uint4*>(global);
+#endif
+}
+/// Copies 4 bytes (both addresses 4-byte aligned).
+__device__ __forceinline__ void cp_async_4(void* smem, const void* global) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(smem))),
+               "l"(global)
+               : "memory");
+#else
+  *static_cast<float*>(smem) = *static_cast<const float*>(global);
+#endif
+}
+/// Closes this thread's group of copies issued since the last commit (an empty group is fine).
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+/// Waits until at most `pending` (< kMaxRowStages) of this thread's committed groups are still in
+/// flight; the completed copies are then visible to this thread (and only to it, without a barrier).
+__device__ __forceinline__ void cp_async_wait(int pending) {
+#if __CUDA_ARCH__ >= 800
+  switch (pending) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
+  }
+  static_assert(kMaxRowStages <= 8, "cp_async_wait covers pending counts up to 7");
+#endif
 }
 
 /// Device-side views of the row tensors (64-bit strides: M * N may exceed 2^31).

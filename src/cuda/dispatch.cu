@@ -25,6 +25,8 @@ DeviceFacts cuda_device_facts() {
     facts.sm_count = prop.multiProcessorCount;
     facts.l2_bytes = prop.l2CacheSize;
     facts.smem_per_block = std::int64_t(prop.sharedMemPerBlock);
+    facts.smem_per_block_optin = std::int64_t(prop.sharedMemPerBlockOptin);
+    facts.smem_per_sm = std::int64_t(prop.sharedMemPerMultiprocessor);
     facts.warp_size = prop.warpSize;
     facts.max_threads_per_block = prop.maxThreadsPerBlock;
     if (facts.warp_size != kWarpSize)

@@ -23,9 +23,10 @@ struct ForwardParams {
   float eps;
   int threads_per_row;
   int rows_per_block;
+  int stages;  // RowShape::stages: 0 = rows loaded straight into registers
 };
 
-template <typename T, typename W, bool kRms, int ITEMS, int VEC>
+template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
 __global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threads(ITEMS),
                                   row_min_blocks_per_sm(ITEMS == 0 ? kStreamRowThreads : max_row_threads(ITEMS))) forward_kernel(const ForwardParams<T, W> p) {
   __shared__ float scratch[2 * 1024 / kWarpSize];
@@ -43,13 +44,7 @@ __global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threa
       load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
       load_weight_fragment<ITEMS, VEC>(p.bias, g, p.cols, 0.f, b);
     }
-    // Every thread walks the same number of iterations: groups of more than a warp synchronise the block.
-    for (std::int64_t base = first; base < p.rows; base += row_step) {
-      const std::int64_t r = base + g.index;
-      const bool active = r < p.rows;
-      RowFragment<T, ITEMS, VEC> xv;
-      xv.load(p.x.row(active ? r : 0), g, p.cols, active);
-
+    auto body = [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv) {
       float mean = 0.f, unused = 0.f;
       if constexpr (!kRms) {
         float sum = 0.f;
@@ -86,6 +81,33 @@ __global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threa
       if (active && g.lane == 0) {
         if (p.mean != nullptr) p.mean[r] = mean;
         p.rstd[r] = rstd;
+      }
+    };
+    // Every thread walks the same number of iterations: groups of more than a warp synchronise the block.
+    const std::int64_t iterations = row_iterations(p.rows, p.rows_per_block);
+    const std::int64_t my_first = first + g.index;
+    if constexpr (kStaged) {
+      const RowStages<T, ITEMS, VEC, 1> stages(p.stages);
+      staged_row_walk(
+          iterations, p.stages,
+          [&](std::int64_t it, int s) {
+            const std::int64_t r = my_first + it * row_step;
+            if (r < p.rows) stages.copy_row(s, 0, p.x.row(r), g, p.cols);
+          },
+          [&](std::int64_t it, int s) {
+            const std::int64_t r = my_first + it * row_step;
+            const bool active = r < p.rows;
+            RowFragment<T, ITEMS, VEC> xv;
+            stages.read_row(s, 0, xv, g, p.cols, active);
+            body(r, active, xv);
+          });
+    } else {
+      for (std::int64_t it = 0; it < iterations; ++it) {
+        const std::int64_t r = my_first + it * row_step;
+        const bool active = r < p.rows;
+        RowFragment<T, ITEMS, VEC> xv;
+        xv.load(p.x.row(active ? r : 0), g, p.cols, active);
+        body(r, active, xv);
       }
     }
   } else {
@@ -152,13 +174,15 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
       int(p.cols()),
       float(p.eps),
       plan.row.threads_per_row,
-      plan.row.rows_per_block};
+      plan.row.rows_per_block,
+      plan.row.stages};
   const dim3 grid(unsigned(plan.row.blocks)), block(unsigned(plan.row.block_threads()));
-  dispatch_row_shape<T, kMaxRowItems, true>(plan.row, [&](auto items, auto vec) {
-    if (p.rms)
-      forward_kernel<T, W, true, items(), vec()><<<grid, block, 0, stream>>>(params);
-    else
-      forward_kernel<T, W, false, items(), vec()><<<grid, block, 0, stream>>>(params);
+  const std::size_t smem = std::size_t(plan.row.smem_bytes);
+  dispatch_row_shape<T, kMaxRowItems, true>(plan.row, [&](auto items, auto vec, auto staged) {
+    void (*kernel)(ForwardParams<T, W>) = p.rms ? forward_kernel<T, W, true, staged(), items(), vec()>
+                                               : forward_kernel<T, W, false, staged(), items(), vec()>;
+    allow_dynamic_smem(kernel, plan.row.smem_bytes, "forward_kernel shared memory");
+    kernel<<<grid, block, smem, stream>>>(params);
   });
   check_launch("forward_kernel");
 }

@@ -15,13 +15,11 @@
 namespace normkit::cuda {
 namespace {
 
-template <typename T, typename W, bool kRms, int ITEMS, int VEC>
+template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
 __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
     fused_backward_kernel(const BackwardParams<T, W> p, float* partials, bool reduce_in_kernel) {
   __shared__ float scratch[2 * kFusedBlockThreads / kWarpSize];
-  __shared__ float stage[kFusedBlockThreads * VEC];
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
-  const std::int64_t row_step = std::int64_t(gridDim.x) * p.rows_per_block;
   const bool want_dx = p.dx.data != nullptr;
 
   float w[ITEMS][VEC];
@@ -32,34 +30,30 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
 #pragma unroll
     for (int i = 0; i < VEC; ++i) acc_dgamma[k][i] = acc_dbeta[k][i] = 0.f;
 
-  const std::int64_t first = std::int64_t(blockIdx.x) * p.rows_per_block;
-  for (std::int64_t base = first; base < p.rows; base += row_step) {
-    const std::int64_t r = base + g.index;
-    const bool active = r < p.rows;
-    RowFragment<T, ITEMS, VEC> xv, dyv;
-    xv.load(p.x.row(active ? r : 0), g, p.cols, active);
-    dyv.load(p.dy.row(active ? r : 0), g, p.cols, active);
-    float mean = 0.f, rstd = 0.f;
-    if (active) row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
-    // inactive groups loaded zeros: they add nothing (dy = 0)
+  walk_backward_rows<kStaged, kRms, ITEMS, VEC>(
+      p, g, [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv, const RowFragment<T, ITEMS, VEC>& dyv,
+                float mean, float rstd) {
+        // inactive groups hold zeros: they add nothing (dy = 0)
 #pragma unroll
-    for (int k = 0; k < ITEMS; ++k)
+        for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        const float dy = dyv.at(k, i);
-        acc_dgamma[k][i] += dy * (xv.at(k, i) - mean) * rstd;
-        acc_dbeta[k][i] += dy;
-      }
-    if (want_dx) {
-      float sum_g, sum_g_xhat;
-      row_sums(xv, dyv, w, mean, rstd, g, p.cols, sum_g, sum_g_xhat);
-      row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
-      row_store_dx<kRms>(p.dx.row(active ? r : 0), xv, dyv, w, mean, rstd, sum_g, sum_g_xhat, g, p.cols, active);
-    }
-  }
+          for (int i = 0; i < VEC; ++i) {
+            const float dy = dyv.at(k, i);
+            acc_dgamma[k][i] += dy * (xv.at(k, i) - mean) * rstd;
+            acc_dbeta[k][i] += dy;
+          }
+        if (want_dx) {
+          float sum_g, sum_g_xhat;
+          row_sums(xv, dyv, w, mean, rstd, g, p.cols, sum_g, sum_g_xhat);
+          row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
+          row_store_dx<kRms>(p.dx.row(active ? r : 0), xv, dyv, w, mean, rstd, sum_g, sum_g_xhat, g, p.cols, active);
+        }
+      });
 
-  // Block partials: sum the row groups of this block, slot by slot, through shared memory. A grid
-  // of one block (partials == nullptr) writes the final values directly: one launch in all.
+  // Block partials: sum the row groups of this block, slot by slot, through shared memory (the
+  // dynamic buffer, free now: the walk has waited for its last copies). A grid of one block
+  // (partials == nullptr) writes the final values directly: one launch in all.
+  float* stage = reinterpret_cast<float*>(row_kernel_smem);
   W* out[2];
   const int arrays = gamma_beta_outputs(p, out);
   const std::int64_t partial_rows = gridDim.x;
@@ -103,13 +97,15 @@ void launch_fused_backward(const BackwardProblem& p, const Plan& plan, float* pa
   if (direct) partials = nullptr;
   const bool reduce_in_kernel = !direct && plan.single_launch && p.mask().any_gamma_beta();
   const unsigned blocks = unsigned(plan.row.blocks);
-  dispatch_row_shape<T, kMaxFusedItems, false>(plan.row, [&](auto items, auto vec) {
+  dispatch_row_shape<T, kMaxFusedItems, false>(plan.row, [&](auto items, auto vec, auto staged) {
     void (*kernel)(BackwardParams<T, W>, float*, bool) =
-        p.rms ? fused_backward_kernel<T, W, true, items(), vec()> : fused_backward_kernel<T, W, false, items(), vec()>;
+        p.rms ? fused_backward_kernel<T, W, true, staged(), items(), vec()>
+              : fused_backward_kernel<T, W, false, staged(), items(), vec()>;
+    allow_dynamic_smem(kernel, plan.row.smem_bytes, "fused_backward_kernel shared memory");
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(blocks);
     config.blockDim = dim3(unsigned(plan.row.block_threads()));
-    config.dynamicSmemBytes = 0;
+    config.dynamicSmemBytes = std::size_t(plan.row.smem_bytes);
     config.stream = stream;
     cudaLaunchAttribute attribute[1];
     attribute[0].id = cudaLaunchAttributeCooperative;

@@ -45,6 +45,85 @@ struct RowFragment {
   }
 };
 
+/// Shared memory of a staged row kernel (RowShape::stages > 0), allocated dynamically.
+extern __shared__ __align__(16) unsigned char row_kernel_smem[];
+
+/// Row iterations staged in shared memory, `depth` deep (RowShape::stages): each thread copies its
+/// own slots with cp.async and later reads only those, so copy and use need no block barrier -- the
+/// thread's own cp.async.wait_group orders them. Layout: [stage][tensor][item][thread] packs
+/// (consecutive threads on consecutive 16 bytes: no bank conflicts), then [stage][2][thread] floats
+/// for the row statistics (mean, rstd).
+template <typename T, int ITEMS, int VEC, int TENSORS>
+struct RowStages {
+  static_assert(sizeof(Pack<T, VEC>) == 16, "staged rows are copied 16 bytes at a time");
+  Pack<T, VEC>* rows;
+  float* stats;
+
+  __device__ __forceinline__ explicit RowStages(int depth)
+      : rows(reinterpret_cast<Pack<T, VEC>*>(row_kernel_smem)),
+        stats(reinterpret_cast<float*>(rows + std::int64_t(depth) * TENSORS * ITEMS * blockDim.x)) {}
+
+  __device__ __forceinline__ Pack<T, VEC>* slot(int stage, int tensor, int k) const {
+    return rows + ((stage * TENSORS + tensor) * ITEMS + k) * int(blockDim.x) + int(threadIdx.x);
+  }
+  __device__ __forceinline__ float* stat_slot(int stage, int which) const {
+    return stats + (stage * 2 + which) * int(blockDim.x) + int(threadIdx.x);
+  }
+  /// Starts the copies of this lane's slots of `row` (slots past N are not copied).
+  __device__ __forceinline__ void copy_row(int stage, int tensor, const T* row, const RowGroup& g, int n) const {
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int col = g.column<VEC>(k);
+      if (col < n) cp_async_16(slot(stage, tensor, k), row + col);
+    }
+  }
+  __device__ __forceinline__ void copy_stat(int stage, int which, const float* value) const {
+    cp_async_4(stat_slot(stage, which), value);
+  }
+  /// The staged row as RowFragment::load would have read it (zeros past N or when !active).
+  __device__ __forceinline__ void read_row(int stage, int tensor, RowFragment<T, ITEMS, VEC>& f, const RowGroup& g,
+                                           int n, bool active) const {
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      if (active && g.column<VEC>(k) < n) {
+        f.p[k] = *slot(stage, tensor, k);
+      } else {
+        f.p[k].zero();
+      }
+    }
+  }
+  __device__ __forceinline__ float stat(int stage, int which) const { return *stat_slot(stage, which); }
+};
+
+/// This block's row iterations: iteration `it` handles row first + it * row_step + group index.
+/// The same count for every thread of the block (blocks synchronise inside an iteration).
+__device__ __forceinline__ std::int64_t row_iterations(std::int64_t rows, int rows_per_block) {
+  const std::int64_t first = std::int64_t(blockIdx.x) * rows_per_block;
+  const std::int64_t step = std::int64_t(gridDim.x) * rows_per_block;
+  return first < rows ? (rows - first + step - 1) / step : 0;
+}
+
+/// The software pipeline of a staged row kernel: copy(it, stage) starts iteration it's copies into
+/// `stage`, use(it, stage) consumes them; depth - 1 iterations are in flight while one is used.
+/// Iteration it is copied into the stage iteration it - 1 was read from, after that read.
+template <typename Copy, typename Use>
+__device__ __forceinline__ void staged_row_walk(std::int64_t iterations, int depth, Copy&& copy, Use&& use) {
+  for (int s = 0; s < depth - 1; ++s) {
+    if (s < iterations) copy(std::int64_t(s), s);
+    cp_async_commit();  // one group per iteration, empty ones included: the wait count stays exact
+  }
+  int use_stage = 0, copy_stage = depth - 1;
+  for (std::int64_t it = 0; it < iterations; ++it) {
+    if (it + depth - 1 < iterations) copy(it + depth - 1, copy_stage);
+    cp_async_commit();
+    cp_async_wait(depth - 1);  // iteration it's group has landed
+    use(it, use_stage);
+    use_stage = use_stage + 1 == depth ? 0 : use_stage + 1;
+    copy_stage = copy_stage + 1 == depth ? 0 : copy_stage + 1;
+  }
+  cp_async_wait(0);
+}
+
 /// Stores VEC values computed by value(i) at slot k of this lane, when the slot is inside the row.
 template <typename T, int VEC, typename F>
 __device__ __forceinline__ void store_slot(T* row, const RowGroup& g, int k, int n, bool active, F&& value) {
@@ -121,19 +200,35 @@ namespace normkit::cuda {
 template <int V>
 using IntConst = std::integral_constant<int, V>;
 
-/// Calls f(IntConst<ITEMS>, IntConst<VEC>) for the plan's runtime (items, vec): the template
-/// instances that exist are items in {1, 2, 4, 8} up to kMaxItems, 0 (streaming) when kStreaming,
-/// and vec in {1, 16 / sizeof(T)}.
+/// Calls f(IntConst<ITEMS>, IntConst<VEC>, BoolConst<kStaged>) for the plan's runtime (items, vec,
+/// stages > 0): the template instances that exist are items in {1, 2, 4, 8} up to kMaxItems, 0
+/// (streaming) when kStreaming, vec in {1, 16 / sizeof(T)}, and staged ones for cached rows of
+/// 16-byte vectors.
+template <bool V>
+using BoolConst = std::integral_constant<bool, V>;
+
 template <typename T, int kMaxItems, bool kStreaming, typename F>
 void dispatch_row_shape(const RowShape& shape, F&& f) {
   constexpr int kVec = int(16 / sizeof(T));
+  auto call = [&](auto items, auto vec) {
+    if constexpr (items() > 0 && vec() > 1) {
+      if (shape.stages > 0) {
+        f(items, vec, BoolConst<true>{});
+        return;
+      }
+    }
+    if (shape.stages > 0)
+      throw CudaError("normkit: internal error: no staged kernel instance for items = " + std::to_string(shape.items) +
+                      ", vec = " + std::to_string(shape.vec));
+    f(items, vec, BoolConst<false>{});
+  };
   auto with_vec = [&](auto vec) {
     switch (shape.items) {
-      case 1: f(IntConst<1>{}, vec); return;
-      case 2: f(IntConst<2>{}, vec); return;
-      case 4: if constexpr (kMaxItems >= 4) { f(IntConst<4>{}, vec); return; } break;
-      case 8: if constexpr (kMaxItems >= 8) { f(IntConst<8>{}, vec); return; } break;
-      case 0: if constexpr (kStreaming) { f(IntConst<0>{}, vec); return; } break;
+      case 1: call(IntConst<1>{}, vec); return;
+      case 2: call(IntConst<2>{}, vec); return;
+      case 4: if constexpr (kMaxItems >= 4) { call(IntConst<4>{}, vec); return; } break;
+      case 8: if constexpr (kMaxItems >= 8) { call(IntConst<8>{}, vec); return; } break;
+      case 0: if constexpr (kStreaming) { call(IntConst<0>{}, vec); return; } break;
       default: break;
     }
     throw CudaError("normkit: internal error: no kernel instance for items = " + std::to_string(shape.items));

@@ -61,6 +61,49 @@ RowShape row_shape(const Problem& p, const DeviceFacts& device, const PlannerTab
   return s;
 }
 
+/// Blocks of a row kernel resident per SM as its __launch_bounds__ guarantee them (the register
+/// budget of max_row_threads(items) threads, row_min_blocks_per_sm of them).
+int guaranteed_row_blocks_per_sm(const RowShape& s) {
+  const int bound = s.items == 0 ? kStreamRowThreads : max_row_threads(s.items);
+  return std::max(1, bound * row_min_blocks_per_sm(bound) / s.block_threads());
+}
+
+/// Shared-memory staging of a row-cached kernel (RowShape::stages): `tensors` rows (x; or x and dy)
+/// plus, with `stats`, the row's mean and rstd per stage, copied 16 bytes at a time, so only
+/// vectorised rows are staged. As many stages as the table asks, fewer when `resident` blocks (what
+/// the grid counts on being co-resident) would not fit the SM's shared memory next to the
+/// kernels' static scratch, and never more than the row iterations a block walks (a block that
+/// walks one iteration has nothing to overlap: it is not staged). `floor_bytes` is dynamic memory
+/// the kernel needs anyway (fused: its block partial staging).
+void plan_stages(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t, int tensors,
+                 bool stats, int resident, std::int64_t grid_blocks, std::int64_t floor_bytes) {
+  constexpr std::int64_t kStaticScratch = 1 << 10;  // row_group_sum2's scratch and friends
+  s.stages = 0;
+  s.smem_bytes = floor_bytes;
+  if (s.items == 0 || s.vec == 1 || t.row_pipeline_stages < 2 || p.rows == 0) return;
+  const std::int64_t iterations = ceil_div(p.rows, std::max<std::int64_t>(1, grid_blocks) * s.rows_per_block);
+  if (iterations < 2) return;
+  const std::int64_t per_stage =
+      std::int64_t(s.block_threads()) * (std::int64_t(tensors) * s.items * 16 + (stats ? 2 * std::int64_t(sizeof(float)) : 0));
+  const std::int64_t budget = std::min<std::int64_t>(
+      device.smem_per_block_optin, device.smem_per_sm / resident - kSmemReservedPerBlock - kStaticScratch);
+  int stages = int(std::min<std::int64_t>(std::min(t.row_pipeline_stages, kMaxRowStages), iterations));
+  while (stages >= 2 && stages * per_stage > budget) --stages;
+  if (stages < 2) return;
+  s.stages = stages;
+  s.smem_bytes = std::max<std::int64_t>(floor_bytes, stages * per_stage);
+}
+
+/// Stages for the forward / dX row kernels; a staged grid is sized to the blocks that are resident
+/// at once (a grid-stride walk by more blocks than fit would run in waves, the last one partial).
+void stage_row_kernel(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t, int tensors,
+                      bool stats) {
+  const int resident = guaranteed_row_blocks_per_sm(s);
+  const std::int64_t resident_grid = std::min<std::int64_t>(s.blocks, std::int64_t(device.sm_count) * resident);
+  plan_stages(s, p, device, t, tensors, stats, resident, resident_grid, 0);
+  if (s.stages > 0) s.blocks = resident_grid;
+}
+
 /// The fused backward holds its dgamma/dbeta accumulators in registers next to the cached row, so
 /// its rows must fit kMaxFusedItems vectors per thread in a block of row_block_threads threads.
 bool fused_fits(const Problem& p, std::string* why) {
@@ -178,6 +221,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
   if (!is_backward(p.op)) {
     out.strategy = Strategy::Simple;  // unused: forward is one row kernel
     out.row = row_shape(p, device, t, kMaxRowItems, device.max_threads_per_block, t.row_block_threads);
+    stage_row_kernel(out.row, p, device, t, 1, false);
     return out;
   }
 
@@ -192,6 +236,9 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
     const std::int64_t rows_per_block_min = std::int64_t(out.row.rows_per_block) * t.fused_min_rows_per_block;
     const std::int64_t by_rows = std::max<std::int64_t>(1, ceil_div(p.rows, rows_per_block_min));
     out.row.blocks = std::min<std::int64_t>(by_rows, std::int64_t(device.sm_count) * kFusedBlocksPerSm);
+    // Dynamic shared memory: the row stages, and (always) the block's partial staging at the end.
+    const std::int64_t partial_staging = std::int64_t(out.row.block_threads()) * out.row.vec * std::int64_t(sizeof(float));
+    plan_stages(out.row, p, device, t, 2, true, kFusedBlocksPerSm, out.row.blocks, partial_staging);
     if (p.mask.any_gamma_beta() && out.row.blocks > 1) {  // one block writes dgamma/dbeta directly
       out.single_launch = t.fused_single_launch;
       out.partial_rows = out.row.blocks;
@@ -205,6 +252,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
 
   // Unfused: a dX row kernel (when dx is requested) plus a gamma/beta column kernel.
   out.row = row_shape(p, device, t, kMaxRowItems, device.max_threads_per_block, t.row_block_threads);
+  if (p.mask.dx) stage_row_kernel(out.row, p, device, t, 2, true);
   if (!p.mask.any_gamma_beta()) return out;
   switch (strategy) {
     case Strategy::Simple:
@@ -240,6 +288,7 @@ std::string Plan::describe() const {
   }
   if (!is_backward(op) || mask.dx || strategy == Strategy::Fused) {
     os << " row=vec" << row.vec << "x" << row.items << "/" << row.threads_per_row << "t";
+    if (row.stages > 0) os << " stages=" << row.stages;
   }
   return os.str();
 }
@@ -259,7 +308,8 @@ std::string format_planner_table(const PlannerTable& t) {
      << "fused_single_launch = " << (t.fused_single_launch ? 1 : 0) << "\n"
      << "row_items_target = " << t.row_items_target << "\n"
      << "row_block_threads = " << t.row_block_threads << "\n"
-     << "row_blocks_per_sm = " << t.row_blocks_per_sm << "\n";
+     << "row_blocks_per_sm = " << t.row_blocks_per_sm << "\n"
+     << "row_pipeline_stages = " << t.row_pipeline_stages << "\n";
   return os.str();
 }
 
@@ -309,6 +359,10 @@ PlannerTable load_planner_table(const std::string& path) {
       t.row_block_threads = int(v);
     }
     else if (key == "row_blocks_per_sm") t.row_blocks_per_sm = int(std::max<long long>(v, 1));
+    else if (key == "row_pipeline_stages") {
+      if (v > kMaxRowStages) fail("row_pipeline_stages must be at most " + std::to_string(kMaxRowStages));
+      t.row_pipeline_stages = int(v);
+    }
     else fail("unknown key '" + key + "'");
   }
   if (!(t.tile64_min_rows <= t.tile128_min_rows && t.tile128_min_rows <= t.tile256_min_rows))

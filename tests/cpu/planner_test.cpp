@@ -2,6 +2,7 @@
 // workspace sizing from N, row layouts, forced-strategy errors and the tunable table format.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -223,6 +224,58 @@ TEST(Planner, SmallGpuGetsFewerBlocks) {
   EXPECT_LE(plan.row.blocks, 4 * kFusedBlocksPerSm);
 }
 
+// Row staging (RowShape::stages): every row-cached kernel of 16-byte vectors is staged, within the
+// SM's shared memory for the blocks the grid counts on; the grid is the resident blocks.
+TEST(Planner, RowStagesFitSharedMemoryOfTheResidentBlocks) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    for (std::int64_t n : {64LL, 768LL, 1000LL, 1024LL, 4096LL, 8192LL, 16384LL, 65536LL}) {
+      for (Op op : {Op::LayerNormForward, Op::RmsNormForward, Op::LayerNormBackward, Op::RmsNormBackward}) {
+        for (Strategy s : {Strategy::Auto, Strategy::Fused, Strategy::TwoPass}) {
+          Problem p = backward(100000, n, t, {true, true, !is_rms(op)});
+          p.op = op;
+          if (!is_backward(op) && s != Strategy::Auto) continue;
+          if (!strategy_supported(p, s)) continue;
+          const Plan plan = normkit::plan(p, h200, s);
+          const RowShape& r = plan.row;
+          const std::string where = std::string(op_name(op)) + " " + strategy_name(plan.strategy) + " " +
+                                    dtype_name(t) + " N = " + std::to_string(n);
+          const bool cached_vectors = r.items > 0 && r.vec > 1;
+          EXPECT_EQ(r.stages > 0, cached_vectors) << where;  // enough shared memory for all of these
+          if (r.stages == 0) continue;
+          EXPECT_GE(r.stages, 2) << where;
+          EXPECT_LE(r.stages, PlannerTable{}.row_pipeline_stages) << where;
+          const int tensors = is_backward(op) ? 2 : 1;
+          EXPECT_GE(r.smem_bytes, std::int64_t(r.stages) * r.block_threads() * tensors * r.items * 16) << where;
+          EXPECT_LE(r.smem_bytes, h200.smem_per_block_optin) << where;
+          const std::int64_t resident = plan.strategy == Strategy::Fused ? kFusedBlocksPerSm
+                                                                          : std::max(1, 512 / r.block_threads());
+          EXPECT_LE(resident * (r.smem_bytes + kSmemReservedPerBlock), h200.smem_per_sm) << where;
+          if (plan.strategy != Strategy::Fused) EXPECT_LE(r.blocks, h200.sm_count * resident) << where;
+        }
+      }
+    }
+  }
+}
+
+TEST(Planner, RowStagesOffForUnalignedRowsAndByTheTable) {
+  Problem p = backward(100000, 4096, DType::BF16, {true, true, true});
+  EXPECT_GT(normkit::plan(p, DeviceFacts::h200(), Strategy::Fused).row.stages, 0);
+  PlannerTable off;
+  off.row_pipeline_stages = 0;
+  EXPECT_EQ(normkit::plan(p, DeviceFacts::h200(), Strategy::Fused, off).row.stages, 0);
+  Problem unaligned = p;  // 2-byte copies: the 16-byte cp.async cannot stage them
+  unaligned.op = Op::LayerNormForward;
+  EXPECT_GT(normkit::plan(unaligned, DeviceFacts::h200()).row.stages, 0);
+  unaligned.rows_vector_aligned = false;
+  EXPECT_EQ(normkit::plan(unaligned, DeviceFacts::h200()).row.stages, 0);
+  // a device with little shared memory gets fewer stages, or none
+  DeviceFacts small = DeviceFacts::h200();
+  small.smem_per_sm = small.smem_per_block_optin = 48 << 10;
+  EXPECT_LT(normkit::plan(p, small, Strategy::Fused).row.stages, normkit::plan(p, DeviceFacts::h200(), Strategy::Fused).row.stages);
+  EXPECT_LE(normkit::plan(p, small, Strategy::Fused).row.smem_bytes, 47 << 10);
+}
+
 TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   PlannerTable t;
   t.simple_max_rows = 3;
@@ -231,6 +284,7 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.fused_single_launch = true;
   t.fused_min_elements = 12345;
   t.row_block_threads = 512;
+  t.row_pipeline_stages = 3;
   const std::string path = ::testing::TempDir() + "normkit_table.txt";
   { std::ofstream(path) << format_planner_table(t); }
   const PlannerTable back = load_planner_table(path);
@@ -249,6 +303,8 @@ TEST(PlannerTable, MalformedFileNamesTheLine) {
     EXPECT_NE(std::string(e.what()).find("no_such_key"), std::string::npos) << e.what();
   }
   { std::ofstream(path) << "row_block_threads = 300\n"; }
+  EXPECT_THROW(load_planner_table(path), Error);
+  { std::ofstream(path) << "row_pipeline_stages = 9\n"; }
   EXPECT_THROW(load_planner_table(path), Error);
   EXPECT_THROW(load_planner_table(path + ".missing"), Error);
   std::remove(path.c_str());

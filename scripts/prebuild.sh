@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds the GPU test and bench binaries for sm_90 on a machine without a GPU (nvcc is enough) and
+# puts stripped copies in one folder, for `PREBUILT=<folder> scripts/gpu-check.sh` on the GPU
+# machine: the device then spends no time compiling.
+#   scripts/prebuild.sh [out-folder (default .prebuilt)] [build-folder (default build-prebuilt)]
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${1:-$ROOT/.prebuilt}
+BUILD=${2:-$ROOT/build-prebuilt}
+command -v nvcc >/dev/null || { echo "prebuild: nvcc not found" >&2; exit 1; }
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
+  -DNORMKIT_PTXAS_VERBOSE=ON > /dev/null
+cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" > "$BUILD/ptxas.log" 2>&1 || { tail -n 40 "$BUILD/ptxas.log"; exit 1; }
+mkdir -p "$OUT"
+for bin in tests/normkit_gpu_tests tests/normkit_cpu_tests bench/normkit-bench; do
+  strip -o "$OUT/$(basename "$bin")" "$BUILD/$bin"
+done
+grep -q '^/.prebuilt/' "$ROOT/.git/info/exclude" 2>/dev/null || echo '/.prebuilt/' >> "$ROOT/.git/info/exclude"
+du -sh "$OUT"
