@@ -5,7 +5,7 @@
 # summary is printed last.
 #
 #   scripts/gpu-check.sh [stage ...]     stages: build ctest python bench (= seed llm) llm-unstaged sweep profile
-#                                        peers e2e
+#                                        pysmoke peers e2e
 #                                        (default: build ctest python bench)
 #
 # Environment: OUT (log folder, default ./gpu-check-out), JOBS (build parallelism, default nproc),
@@ -81,6 +81,12 @@ if has_stage python; then
   run_stage pytest python3 -m pytest -q -n 2 --timeout=900 tests/python
   tail -n 3 "$LOGS/pytest.log" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
+if has_stage pysmoke; then
+  # One check per fresh process (scripts/python-smoke.sh), for a crash of the installed package.
+  has_stage python || MAX_JOBS=$JOBS run_stage pip python3 -m pip install --no-build-isolation --no-deps -v .
+  run_stage pysmoke bash scripts/python-smoke.sh
+  grep -E "^(PASS|FAIL)|^compiler|^ldd" "$LOGS/pysmoke.log" | sed 's/^/  /' | tee -a "$SUMMARY"
+fi
 BENCH=${PREBUILT:+$PREBUILT/normkit-bench}
 BENCH=${BENCH:-$BUILD/bench/normkit-bench}
 if has_stage bench || has_stage seed; then
@@ -105,9 +111,12 @@ if has_stage profile; then
   # Nsight Compute on the two kernels the large-shape targets hinge on (forward, fused backward),
   # 131072 x 4096 bf16: occupancy, throughput and warp stall reasons.
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-  run_stage profile "$NCU" --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section MemoryWorkloadAnalysis -k "regex:forward_kernel|fused_backward_kernel|dx_kernel" -c 3 \
-    "$BENCH" --shape 131072,4096 --op ln_fwd,ln_bwd --dtype bf16 --strategy fused --mode events --iters 1 --warmup 0 --runs 1
+  for kernel in forward_kernel fused_backward_kernel; do
+    run_stage "profile-$kernel" "$NCU" --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      --section InstructionStats -k "regex:$kernel" -c 1 \
+      "$BENCH" --shape 131072,4096 --op ln_fwd,ln_bwd --dtype bf16 --strategy fused --mode events --iters 1 --warmup 0 --runs 1
+  done
 fi
 if has_stage peers; then
   run_stage peers python3 bench/peers.py --commit "$COMMIT" --compile-budget 45 --out "$RESULTS/h200-peers.md"

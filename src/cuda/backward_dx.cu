@@ -18,17 +18,19 @@ __global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threa
   if constexpr (ITEMS > 0) {
     // A lane owns the same columns in every row: small fragments keep their weights in registers
     // for the whole walk; large ones re-read them (16-byte L1 hits) to stay within the register budget.
-    constexpr bool kKeepWeights = ITEMS * VEC <= 16;
-    float w[ITEMS][VEC];
-    if constexpr (kKeepWeights) load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
+    constexpr bool kKeepWeights = keep_weights<W, ITEMS, VEC>();
+    WeightFragment<W, ITEMS, VEC> w;
+    if constexpr (kKeepWeights) w.load(p.weight, g, p.cols, 1.f);
     walk_backward_rows<kStaged, kRms, ITEMS, VEC>(
         p, g, [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv,
                   const RowFragment<T, ITEMS, VEC>& dyv, float mean, float rstd) {
-          if constexpr (!kKeepWeights) load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
+          if constexpr (!kKeepWeights) w.load(p.weight, g, p.cols, 1.f);
+          RowGrad<ITEMS, VEC> row;
+          row.compute(xv, dyv, w, mean, rstd);
           float sum_g, sum_g_xhat;
-          row_sums(xv, dyv, w, mean, rstd, g, p.cols, sum_g, sum_g_xhat);
+          row.sums(sum_g, sum_g_xhat);
           row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
-          row_store_dx<kRms>(p.dx.row(active ? r : 0), xv, dyv, w, mean, rstd, sum_g, sum_g_xhat, g, p.cols, active);
+          row.template store_dx<kRms>(p.dx.row(active ? r : 0), rstd, sum_g, sum_g_xhat, g, p.cols, active);
         });
   } else {
     // Streaming: pass 1 row sums, pass 2 dx (the second read of x and dy mostly hits L2).

@@ -29,44 +29,55 @@ struct BackwardParams {
 template <typename T, typename W>
 BackwardParams<T, W> make_backward_params(const BackwardProblem& p, const Plan& plan);
 
-/// Step 1 for one row in registers: this lane's partial sums of g and g * xhat (g = dy * w,
-/// xhat = (x - mean) * rstd; padding slots count as 0).
-template <typename T, int ITEMS, int VEC>
-__device__ __forceinline__ void row_sums(const RowFragment<T, ITEMS, VEC>& x, const RowFragment<T, ITEMS, VEC>& dy,
-                                         const float (&w)[ITEMS][VEC], float mean, float rstd, const RowGroup& g,
-                                         int n, float& sum_g, float& sum_g_xhat) {
-  sum_g = 0.f;
-  sum_g_xhat = 0.f;
-#pragma unroll
-  for (int k = 0; k < ITEMS; ++k) {
-    const bool valid = g.column<VEC>(k) < n;
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      const float xhat = valid ? (x.at(k, i) - mean) * rstd : 0.f;
-      const float gv = __fmul_rn(dy.at(k, i), w[k][i]);  // rounded once: the same g as in row_store_dx
-      sum_g += gv;
-      sum_g_xhat += gv * xhat;
-    }
-  }
-}
+/// One row's backward terms for this lane's slots, each computed once in fp32 registers and used
+/// by the row sums, dx and the fused gamma/beta accumulators:
+///   xhat = (x - mean) * rstd (RMSNorm: mean = 0),  g = dy * w.
+/// Padding slots and inactive groups hold dy = 0, hence g = 0: they add nothing to the row sums.
+template <int ITEMS, int VEC>
+struct RowGrad {
+  float xhat[ITEMS][VEC];
+  float g[ITEMS][VEC];
 
-/// Step 2: with the row sums reduced over the group, writes dx of this lane's slots.
-template <bool kRms, typename T, int ITEMS, int VEC>
-__device__ __forceinline__ void row_store_dx(T* dx_row, const RowFragment<T, ITEMS, VEC>& x,
-                                             const RowFragment<T, ITEMS, VEC>& dy, const float (&w)[ITEMS][VEC],
-                                             float mean, float rstd, float sum_g, float sum_g_xhat, const RowGroup& g,
-                                             int n, bool active) {
-  const float inv_n = 1.f / float(n);
-  const float mean_g = kRms ? 0.f : sum_g * inv_n;
-  const float mean_g_xhat = sum_g_xhat * inv_n;
+  template <typename T, typename W>
+  __device__ __forceinline__ void compute(const RowFragment<T, ITEMS, VEC>& x, const RowFragment<T, ITEMS, VEC>& dy,
+                                          const WeightFragment<W, ITEMS, VEC>& w, float mean, float rstd) {
 #pragma unroll
-  for (int k = 0; k < ITEMS; ++k)
-    store_slot<T, VEC>(dx_row, g, k, n, active, [&](int i) {
-      const float xhat = (x.at(k, i) - mean) * rstd;
-      // __fmul_rn: no FMA contraction, so g - mean(g) is exactly 0 where the row is constant (N = 1)
-      return rstd * (__fmul_rn(dy.at(k, i), w[k][i]) - mean_g - xhat * mean_g_xhat);
-    });
-}
+    for (int k = 0; k < ITEMS; ++k)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        xhat[k][i] = (x.at(k, i) - mean) * rstd;
+        g[k][i] = __fmul_rn(dy.at(k, i), w.at(k, i));  // rounded once, no FMA contraction (see dx)
+      }
+  }
+
+  /// This lane's partial sums of g and g * xhat.
+  __device__ __forceinline__ void sums(float& sum_g, float& sum_g_xhat) const {
+    sum_g = 0.f;
+    sum_g_xhat = 0.f;
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        sum_g += g[k][i];
+        sum_g_xhat += g[k][i] * xhat[k][i];
+      }
+  }
+
+  /// With the row sums reduced over the group: dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+  /// (RMSNorm: no mean(g) term) for this lane's slots. g - mean(g) is exactly 0 where the row is
+  /// constant (N = 1) because g is the same rounded product in both.
+  template <bool kRms, typename T>
+  __device__ __forceinline__ void store_dx(T* dx_row, float rstd, float sum_g, float sum_g_xhat, const RowGroup& grp,
+                                           int n, bool active) const {
+    const float inv_n = 1.f / float(n);
+    const float mean_g = kRms ? 0.f : sum_g * inv_n;
+    const float mean_g_xhat = sum_g_xhat * inv_n;
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k)
+      store_slot<T, VEC>(dx_row, grp, k, n, active,
+                         [&](int i) { return rstd * (g[k][i] - mean_g - xhat[k][i] * mean_g_xhat); });
+  }
+};
 
 /// Row statistics as the backward needs them.
 template <bool kRms>

@@ -176,6 +176,51 @@ __device__ __forceinline__ void cp_async_wait(int pending) {
 #endif
 }
 
+/// Count, mean and M2 (sum of squared deviations from the mean) of some of a row's elements.
+struct Moments {
+  float n, mean, m2;
+};
+
+/// The moments of the union of two disjoint parts (Chan, Golub and LeVeque): as robust as Welford's
+/// update. Fixed argument order: the same parts give the same bits.
+__device__ __forceinline__ Moments merge_moments(const Moments& a, const Moments& b) {
+  const float n = a.n + b.n;
+  if (n == 0.f) return a;
+  const float delta = b.mean - a.mean;
+  const float share_b = b.n / n;
+  return {n, a.mean + delta * share_b, a.m2 + b.m2 + delta * delta * a.n * share_b};
+}
+
+/// Merges the lanes' moments over a row group of `group_threads` threads (a power of two) in one
+/// reduction round; every lane gets the group's moments, bit-identical (a pair always merges the
+/// lower lane's part first). Larger groups combine their warps through `scratch` (3 * warps-per-block
+/// floats) in warp order. Every thread of the block must call it (it may synchronise the block).
+__device__ __forceinline__ Moments row_group_moments(Moments m, int group_threads, float* scratch) {
+  const int width = group_threads < kWarpSize ? group_threads : kWarpSize;
+  const int lane = int(threadIdx.x) % kWarpSize;
+  for (int offset = 1; offset < width; offset *= 2) {
+    const Moments other{__shfl_xor_sync(0xffffffffu, m.n, offset), __shfl_xor_sync(0xffffffffu, m.mean, offset),
+                        __shfl_xor_sync(0xffffffffu, m.m2, offset)};
+    m = (lane & offset) ? merge_moments(other, m) : merge_moments(m, other);
+  }
+  if (group_threads <= kWarpSize) return m;
+  const int warp = int(threadIdx.x) / kWarpSize;
+  const int warps_per_group = group_threads / kWarpSize;
+  const int first_warp = (warp / warps_per_group) * warps_per_group;
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) {
+    scratch[3 * warp] = m.n;
+    scratch[3 * warp + 1] = m.mean;
+    scratch[3 * warp + 2] = m.m2;
+  }
+  __syncthreads();
+  Moments total{scratch[3 * first_warp], scratch[3 * first_warp + 1], scratch[3 * first_warp + 2]};
+  for (int w = 1; w < warps_per_group; ++w)  // fixed order: same bits every run
+    total = merge_moments(total, Moments{scratch[3 * (first_warp + w)], scratch[3 * (first_warp + w) + 1],
+                                         scratch[3 * (first_warp + w) + 2]});
+  return total;
+}
+
 /// Device-side views of the row tensors (64-bit strides: M * N may exceed 2^31).
 template <typename T>
 struct RowPtr {

@@ -1,9 +1,11 @@
 // Forward LayerNorm / RMSNorm: one row group per row, the row cached in registers (ITEMS > 0) and
 // read once, or streamed twice for rows too long to cache (ITEMS == 0).
 //
-// Variance: with the row in registers it is the exact two-pass formula (mean first, then the sum
-// of squared deviations). Streamed rows use sums shifted by the row's first element, which keeps
-// the cancellation of E[x^2] - E[x]^2 small for data with a large common offset.
+// Variance: with the row in registers each lane takes the exact two-pass moments of its own
+// elements (its mean, then its sum of squared deviations) and the group merges them in one
+// reduction round (merge_moments: Chan et al., as robust as Welford). Streamed rows use sums
+// shifted by the row's first element, which keeps the cancellation of E[x^2] - E[x]^2 small for
+// data with a large common offset.
 #include "cuda/kernels.h"
 #include "cuda/row_layout.cuh"
 
@@ -29,7 +31,7 @@ struct ForwardParams {
 template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
 __global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threads(ITEMS),
                                   row_min_blocks_per_sm(ITEMS == 0 ? kStreamRowThreads : max_row_threads(ITEMS))) forward_kernel(const ForwardParams<T, W> p) {
-  __shared__ float scratch[2 * 1024 / kWarpSize];
+  __shared__ float scratch[3 * 1024 / kWarpSize];
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
   const std::int64_t row_step = std::int64_t(gridDim.x) * p.rows_per_block;
   const float inv_n = 1.f / float(p.cols);
@@ -38,46 +40,62 @@ __global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threa
   if constexpr (ITEMS > 0) {
     // A lane owns the same columns in every row: small fragments keep weight and bias in registers
     // for the whole walk; large ones re-read them (16-byte L1 hits) to stay within the register budget.
-    constexpr bool kKeepWeights = ITEMS * VEC <= 16;
-    float w[ITEMS][VEC], b[ITEMS][VEC];
+    constexpr bool kKeepWeights = keep_weights<W, ITEMS, VEC>();
+    WeightFragment<W, ITEMS, VEC> w, b;
     if constexpr (kKeepWeights) {
-      load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
-      load_weight_fragment<ITEMS, VEC>(p.bias, g, p.cols, 0.f, b);
+      w.load(p.weight, g, p.cols, 1.f);
+      b.load(p.bias, g, p.cols, 0.f);
     }
     auto body = [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv) {
-      float mean = 0.f, unused = 0.f;
-      if constexpr (!kRms) {
-        float sum = 0.f;
+      float x[ITEMS][VEC];  // converted once; padding slots (and inactive groups) hold 0
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) x[k][i] = xv.at(k, i);
+      float mean = 0.f, rstd;
+      if constexpr (kRms) {
+        float sq = 0.f, unused = 0.f;
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) sum += xv.at(k, i);
-        row_group_sum2(sum, unused, g.threads, scratch);
-        mean = sum * inv_n;
-      }
-      float sq = 0.f;  // exact two-pass variance: the row is in registers
+          for (int i = 0; i < VEC; ++i) sq += x[k][i] * x[k][i];
+        row_group_sum2(sq, unused, g.threads, scratch);
+        rstd = rsqrtf(sq * inv_n + p.eps);
+      } else {
+        // this lane's exact moments over its valid slots, then one merge round over the group
+        float count = 0.f, sum = 0.f;
 #pragma unroll
-      for (int k = 0; k < ITEMS; ++k) {
-        const bool valid = g.column<VEC>(k) < p.cols;  // padding slots hold 0, not 0 - mean
+        for (int k = 0; k < ITEMS; ++k)
+          if (g.column<VEC>(k) < p.cols) {
+            count += float(VEC);
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          const float d = valid ? xv.at(k, i) - mean : 0.f;
-          sq += d * d;
-        }
+            for (int i = 0; i < VEC; ++i) sum += x[k][i];
+          }
+        const float lane_mean = count > 0.f ? sum / count : 0.f;
+        float m2 = 0.f;
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k)
+          if (g.column<VEC>(k) < p.cols) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+              const float d = x[k][i] - lane_mean;
+              m2 += d * d;
+            }
+          }
+        const Moments row = row_group_moments({count, lane_mean, m2}, g.threads, scratch);
+        mean = row.mean;
+        rstd = rsqrtf(row.m2 * inv_n + p.eps);
       }
-      unused = 0.f;
-      row_group_sum2(sq, unused, g.threads, scratch);
-      const float rstd = rsqrtf(sq * inv_n + p.eps);
 
       if constexpr (!kKeepWeights) {
-        load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
-        load_weight_fragment<ITEMS, VEC>(p.bias, g, p.cols, 0.f, b);
+        w.load(p.weight, g, p.cols, 1.f);
+        b.load(p.bias, g, p.cols, 0.f);
       }
       T* y_row = p.y.row(active ? r : 0);
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k)
         store_slot<T, VEC>(y_row, g, k, p.cols, active,
-                           [&](int i) { return (xv.at(k, i) - mean) * rstd * w[k][i] + b[k][i]; });
+                           [&](int i) { return (x[k][i] - mean) * rstd * w.at(k, i) + b.at(k, i); });
       if (active && g.lane == 0) {
         if (p.mean != nullptr) p.mean[r] = mean;
         p.rstd[r] = rstd;

@@ -22,8 +22,8 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
   const bool want_dx = p.dx.data != nullptr;
 
-  float w[ITEMS][VEC];
-  load_weight_fragment<ITEMS, VEC>(p.weight, g, p.cols, 1.f, w);
+  WeightFragment<W, ITEMS, VEC> w;
+  w.load(p.weight, g, p.cols, 1.f);
   float acc_dgamma[ITEMS][VEC], acc_dbeta[ITEMS][VEC];
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k)
@@ -33,20 +33,22 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   walk_backward_rows<kStaged, kRms, ITEMS, VEC>(
       p, g, [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv, const RowFragment<T, ITEMS, VEC>& dyv,
                 float mean, float rstd) {
+        RowGrad<ITEMS, VEC> row;
+        row.compute(xv, dyv, w, mean, rstd);
         // inactive groups hold zeros: they add nothing (dy = 0)
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
           for (int i = 0; i < VEC; ++i) {
             const float dy = dyv.at(k, i);
-            acc_dgamma[k][i] += dy * (xv.at(k, i) - mean) * rstd;
+            acc_dgamma[k][i] += dy * row.xhat[k][i];
             acc_dbeta[k][i] += dy;
           }
         if (want_dx) {
           float sum_g, sum_g_xhat;
-          row_sums(xv, dyv, w, mean, rstd, g, p.cols, sum_g, sum_g_xhat);
+          row.sums(sum_g, sum_g_xhat);
           row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
-          row_store_dx<kRms>(p.dx.row(active ? r : 0), xv, dyv, w, mean, rstd, sum_g, sum_g_xhat, g, p.cols, active);
+          row.template store_dx<kRms>(p.dx.row(active ? r : 0), rstd, sum_g, sum_g_xhat, g, p.cols, active);
         }
       });
 

@@ -148,21 +148,39 @@ __device__ __forceinline__ void load_weight_vec(const W* p, float (&out)[VEC]) {
   }
 }
 
-/// Weight (or bias) values for this lane's slots; absent weight reads as `fallback`.
-template <int ITEMS, int VEC, typename W>
-__device__ __forceinline__ void load_weight_fragment(const W* weight, const RowGroup& g, int n, float fallback,
-                                                     float (&out)[ITEMS][VEC]) {
+/// Weight (or bias) values of this lane's slots, kept in registers in their storage type (16-bit
+/// weights take half the registers of fp32) and read as floats where used. An absent weight, and
+/// slots past N, hold `fallback` (1 or 0: exact in every format), so reading needs no branch.
+template <typename W, int ITEMS, int VEC>
+struct WeightFragment {
+  Pack<W, VEC> p[ITEMS];
+
+  __device__ __forceinline__ float at(int k, int i) const { return p[k].get(i); }
+
+  __device__ __forceinline__ void load(const W* weight, const RowGroup& g, int n, float fallback) {
+    constexpr int kChunk = int(16 / sizeof(W)) < VEC ? int(16 / sizeof(W)) : VEC;
 #pragma unroll
-  for (int k = 0; k < ITEMS; ++k) {
-    const int col = g.column<VEC>(k);
-    if (weight != nullptr && col < n) {
-      load_weight_vec<W, VEC>(weight + col, out[k]);
-    } else {
+    for (int k = 0; k < ITEMS; ++k) {
+      const int col = g.column<VEC>(k);
+      if (weight != nullptr && col < n) {
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) out[k][i] = fallback;
+        for (int c = 0; c < VEC / kChunk; ++c) {
+          const Pack<W, kChunk> chunk = Pack<W, kChunk>::load(weight + col + c * kChunk);
+#pragma unroll
+          for (int j = 0; j < kChunk; ++j) p[k].v[c * kChunk + j] = chunk.v[j];
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) p[k].set(i, fallback);
+      }
     }
   }
-}
+};
+
+/// Whether a lane keeps its weights in registers for the whole row walk (else it re-reads them per
+/// row, 16-byte L1 hits): up to 64 bytes per weight array, i.e. 16 registers.
+template <typename W, int ITEMS, int VEC>
+constexpr bool keep_weights() { return sizeof(W) * ITEMS * VEC <= 64; }
 
 /// Streaming access for rows too long to cache: lane l visits vectors l, l+G, ... of the row,
 /// kStreamUnroll of them per step so that several loads are in flight per thread. load(u, col) is
