@@ -19,6 +19,7 @@
 #   TORCH_CUDA_ARCH_LIST    e.g. "9.0" or "8.0;9.0+PTX"; default: sm_90 (H100/H200)
 #   MAX_JOBS                parallel compile jobs (ninja)
 #   NORMKIT_DEBUG=1         -O0 -g
+#   NORMKIT_EXTRA_CXXFLAGS  more host compiler flags, space-separated (appended last)
 import glob
 import os
 import sys
@@ -102,7 +103,7 @@ def _extension():
     print("normkit: building the %s extension (%s)" % ("CUDA" if with_cuda else "CPU-only", why))
     debug = os.environ.get("NORMKIT_DEBUG", "0") not in ("", "0")
     opt = ["-O0", "-g"] if debug else ["-O3"]
-    cxx = opt + ["-std=c++17", "-Wall", "-Wno-unknown-pragmas"]
+    cxx = opt + ["-std=c++17", "-Wall", "-Wno-unknown-pragmas"] + os.environ.get("NORMKIT_EXTRA_CXXFLAGS", "").split()
     include_dirs = [os.path.join(ROOT, "include"), os.path.join(ROOT, "src")]
     kwargs = dict(name="normkit._C", sources=_sources(with_cuda), include_dirs=include_dirs)
     if not with_cuda:

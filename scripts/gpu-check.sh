@@ -5,7 +5,7 @@
 # summary is printed last.
 #
 #   scripts/gpu-check.sh [stage ...]     stages: build ctest python bench (= seed llm) llm-unstaged sweep profile
-#                                        pysmoke peers e2e
+#                                        pyprobe pysmoke peers e2e
 #                                        (default: build ctest python bench)
 #
 # Environment: OUT (log folder, default ./gpu-check-out), JOBS (build parallelism, default nproc),
@@ -80,6 +80,10 @@ if has_stage python; then
   # failure instead of ending the run.
   run_stage pytest python3 -m pytest -q -n 2 --timeout=900 tests/python
   tail -n 3 "$LOGS/pytest.log" | sed 's/^/  /' | tee -a "$SUMMARY"
+fi
+if has_stage pyprobe; then
+  run_stage pyprobe bash scripts/python-build-probe.sh
+  grep -vE "^default g\+\+: #define _PSTL" "$LOGS/pyprobe.log" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
 if has_stage pysmoke; then
   # One check per fresh process (scripts/python-smoke.sh), for a crash of the installed package.

@@ -187,7 +187,7 @@ __device__ __forceinline__ Moments merge_moments(const Moments& a, const Moments
   const float n = a.n + b.n;
   if (n == 0.f) return a;
   const float delta = b.mean - a.mean;
-  const float share_b = b.n / n;
+  const float share_b = __fdividef(b.n, n);  // counts: exact integers, n > 0; ~2 ulp is plenty
   return {n, a.mean + delta * share_b, a.m2 + b.m2 + delta * delta * a.n * share_b};
 }
 

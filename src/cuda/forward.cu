@@ -46,6 +46,11 @@ __global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threa
       w.load(p.weight, g, p.cols, 1.f);
       b.load(p.bias, g, p.cols, 0.f);
     }
+    // The lane's valid slots are the same in every row (slots k * G + lane < N / VEC): counted once.
+    const int lane_vectors = min(ITEMS, max(0, (p.cols / VEC - g.lane + g.threads - 1) / g.threads));
+    const bool lane_full = lane_vectors == ITEMS;
+    const float lane_count = float(lane_vectors * VEC);
+    const float inv_lane_count = lane_vectors > 0 ? 1.f / lane_count : 0.f;
     auto body = [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv) {
       float x[ITEMS][VEC];  // converted once; padding slots (and inactive groups) hold 0
 #pragma unroll
@@ -62,26 +67,34 @@ __global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threa
         row_group_sum2(sq, unused, g.threads, scratch);
         rstd = rsqrtf(sq * inv_n + p.eps);
       } else {
-        // this lane's exact moments over its valid slots, then one merge round over the group
-        float count = 0.f, sum = 0.f;
+        // this lane's exact moments over its valid slots, then one merge round over the group;
+        // padding slots hold 0, so the sum needs no mask, and lanes without padding (all but the
+        // row's last) take the unmasked squares
+        float sum = 0.f;
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k)
-          if (g.column<VEC>(k) < p.cols) {
-            count += float(VEC);
 #pragma unroll
-            for (int i = 0; i < VEC; ++i) sum += x[k][i];
-          }
-        const float lane_mean = count > 0.f ? sum / count : 0.f;
+          for (int i = 0; i < VEC; ++i) sum += x[k][i];
+        const float lane_mean = lane_count > 0.f ? sum * inv_lane_count : 0.f;
         float m2 = 0.f;
+        if (lane_full) {
 #pragma unroll
-        for (int k = 0; k < ITEMS; ++k)
-          if (g.column<VEC>(k) < p.cols) {
+          for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
             for (int i = 0; i < VEC; ++i) {
               const float d = x[k][i] - lane_mean;
               m2 += d * d;
             }
-          }
+        } else {
+#pragma unroll
+          for (int k = 0; k < ITEMS; ++k)
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+              const float d = k < lane_vectors ? x[k][i] - lane_mean : 0.f;
+              m2 += d * d;
+            }
+        }
+        const float count = lane_count;
         const Moments row = row_group_moments({count, lane_mean, m2}, g.threads, scratch);
         mean = row.mean;
         rstd = rsqrtf(row.m2 * inv_n + p.eps);
