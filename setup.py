@@ -22,6 +22,8 @@
 #   NORMKIT_EXTRA_CXXFLAGS  more host compiler flags, space-separated (appended last)
 import glob
 import os
+import shutil
+import subprocess
 import sys
 import sysconfig
 
@@ -56,6 +58,47 @@ def _import_torch():
 
 torch = _import_torch()
 from torch.utils import cpp_extension  # noqa: E402
+
+
+def _links_libstdcxx_dynamically(compiler):
+    """Whether `compiler` finds a shared libstdc++ to link against (-print-file-name answers with a
+    path only when the file exists in its search dirs)."""
+    try:
+        out = subprocess.run([compiler, "-print-file-name=libstdc++.so"], capture_output=True, text=True,
+                             timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return True  # cannot tell: leave the user's choice alone
+    return os.path.isabs(out) and os.path.exists(out)
+
+
+def _check_compiler():
+    """Refuse a C++ compiler that would link libstdc++ statically into the extension.
+
+    Why: the extension then carries a private copy of libstdc++ next to the shared one torch runs
+    on, and the first std::ostringstream or std::string that crosses into libtorch crashes the
+    process (seen on our H200 image, where CXX=/opt/gcc/bin/g++ wraps a relocated gcc 13 whose
+    search dirs hold only libstdc++.a: a formatted TORCH_CHECK message segfaulted; /usr/bin/g++
+    worked -- docs/NOTES.md). Such a CXX is replaced by the g++ on PATH when that one links libstdc++
+    dynamically (a note is printed); NORMKIT_KEEP_CXX=1 keeps it."""
+    cxx = os.environ.get("CXX")
+    if not cxx or os.environ.get("NORMKIT_KEEP_CXX", "0") not in ("", "0"):
+        return
+    if _links_libstdcxx_dynamically(cxx.split()[0]):
+        return
+    for candidate in ("/usr/bin/g++", shutil.which("g++"), shutil.which("c++")):
+        if candidate and os.path.realpath(candidate) != os.path.realpath(cxx.split()[0]) \
+                and _links_libstdcxx_dynamically(candidate):
+            cc = os.path.join(os.path.dirname(candidate), "gcc")
+            print("normkit: CXX=%s would link libstdc++ statically into the extension (it finds no "
+                  "libstdc++.so), which crashes next to torch's shared libstdc++; building with %s "
+                  "instead (NORMKIT_KEEP_CXX=1 keeps CXX)" % (cxx, candidate))
+            os.environ["CXX"] = candidate
+            if os.path.exists(cc):
+                os.environ["CC"] = cc
+            return
+    raise RuntimeError("normkit: CXX=%s finds no shared libstdc++ (-print-file-name=libstdc++.so), so the "
+                       "extension would carry a static copy that crashes next to torch's; point CXX at a "
+                       "g++ that links libstdc++ dynamically, or set NORMKIT_KEEP_CXX=1 to build anyway" % cxx)
 
 
 def _rel(paths):
@@ -99,6 +142,7 @@ def _sources(with_cuda):
 
 
 def _extension():
+    _check_compiler()
     with_cuda, why = _want_cuda()
     print("normkit: building the %s extension (%s)" % ("CUDA" if with_cuda else "CPU-only", why))
     debug = os.environ.get("NORMKIT_DEBUG", "0") not in ("", "0")
