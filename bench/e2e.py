@@ -82,7 +82,11 @@ def train(model, batches, precision, warmup):
     return [float(v) for v in losses], (len(batches) - warmup) / elapsed
 
 
-def git_commit():
+def git_commit(given=None):
+    """The commit measured: --commit (the GPU machine's copy of the tree has no .git, and a git found
+    above it would name the wrong one), else git's answer here."""
+    if given:
+        return given
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
@@ -98,6 +102,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                                       "h200-e2e.md"))
+    parser.add_argument("--commit", default=None, help="commit to record (default: git rev-parse --short HEAD)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5, help="steps excluded from steps/s (still in the curves)")
     parser.add_argument("--models", default="bart,llama")
@@ -147,7 +152,7 @@ def main():
         f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- GPU: {torch.cuda.get_device_name()}",
         f"- torch: {torch.__version__} (CUDA {torch.version.cuda})",
-        f"- normkit commit: {git_commit()}",
+        f"- normkit commit: {git_commit(args.commit)}",
         f"- {args.steps} AdamW steps (lr 1e-4) on random token ids, same seed and data for both runs; dropout 0; "
         f"TF32 off; steps/s over steps {args.warmup + 1}-{args.steps}",
         "- tolerance on the loss curves: max over steps of |loss_normkit - loss_torch| / |loss_torch| <= "

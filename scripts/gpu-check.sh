@@ -115,7 +115,7 @@ if has_stage llm-unstaged; then
     --warmup 3 --budget 0.5 --commit "$COMMIT+unstaged" --md "$RESULTS/h200-llm-unstaged.md" --json "$RESULTS/h200-llm-unstaged.json"
 fi
 if has_stage e2e; then
-  run_stage e2e timeout "${E2E_TIMEOUT:-600}" python3 bench/e2e.py --out "$RESULTS/h200-e2e.md"
+  run_stage e2e timeout "${E2E_TIMEOUT:-600}" python3 bench/e2e.py --commit "$COMMIT" --out "$RESULTS/h200-e2e.md"
 fi
 if has_stage sweep; then
   # SWEEP_DTYPES / SWEEP_OPS narrow the grid when device time is short; plots are redrawn after each dtype.

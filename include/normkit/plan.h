@@ -98,7 +98,13 @@ struct Plan {
 /// can write a table for another GPU which load_planner_table() reads.
 struct PlannerTable {
   // gamma/beta strategy choice when the fused path cannot serve the call (or is not chosen)
-  std::int64_t simple_max_rows = 8;          ///< M <= this: simple (one thread per column)
+  /// M <= this: simple (one thread per column). The bf16 sweep at d8cc3c6 (docs/NOTES.md, entry 9):
+  /// at M = 7 tiled beat simple 1.6-2.25x for N = 64..16384; at M = 1 they tie.
+  std::int64_t simple_max_rows = 1;
+  /// N >= this: simple at any M that tiled would serve (its 32-column strips read 64-byte pieces of
+  /// a row; simple's 256 columns per block read whole sectors). Sweep: simple won 1.07-1.46x at
+  /// N = 262144 for M = 64..1024 and 1.02x at M = 4096; tiled won 3x at N = 65536.
+  std::int64_t simple_min_cols = 262144;
   std::int64_t tile64_min_rows = 64;         ///< seed bands
   std::int64_t tile128_min_rows = 128;
   std::int64_t tile256_min_rows = 256;
@@ -112,6 +118,12 @@ struct PlannerTable {
   /// H200 (seed cases at c87b6ca, graph replay: 1024 x 768 unfused 10.6 us vs fused 11.5 us; 4096 x
   /// 1024 unfused 26.0 us vs fused 21.6 us).
   std::int64_t fused_min_elements = 2 << 20;
+  /// ... or from this many rows on, whatever N: narrow rows with huge M (sweep: N = 1 and 64 at
+  /// M >= 16384, fused 1.8-4.9x faster than two-pass; at M = 4097 they tie).
+  std::int64_t fused_min_rows = 16384;
+  /// Rows that are not 16-byte vectorised take fused only up to this N (one thread's worth): the
+  /// scalar fused path lost 2x to two-pass at N = 255 (M >= 16384) and won 2-5x at N = 1.
+  std::int64_t fused_unaligned_max_cols = 32;
   std::int64_t fused_min_rows_per_block = 2; ///< fewer blocks for small M: less partial traffic
   /// grid-wide sync + final reduce in one cooperative launch (else a second launch). Off: on the H200
   /// the cooperative launch cost ~16 us (docs/NOTES.md, entry 2).

@@ -23,7 +23,16 @@ _state = threading.local()
 
 def get_backward_strategy() -> str:
     """The gamma/beta strategy autograd passes to the backward ops ("auto" unless overridden)."""
-    return getattr(_state, "strategy", "auto")
+    return getattr(_state, "strategy", None) or "auto"
+
+
+def _strategy_for_backward(ctx) -> str:
+    """The strategy of a backward: the block active on the thread running it, else the one active
+    when its forward ran. Why both: autograd runs the backward of CUDA tensors on its own device
+    thread, where the user's block (thread-local) is not visible; a block around the forward still
+    reaches it through ctx."""
+    current = getattr(_state, "strategy", None)
+    return current if current is not None else ctx.normkit_strategy
 
 
 @contextlib.contextmanager
@@ -32,12 +41,14 @@ def backward_strategy(name: str):
     normkit backward that autograd runs inside the block (on this thread). A strategy that cannot
     serve a shape raises RuntimeError; normkit never substitutes another one silently.
 
-    Eager mode: the strategy is read when backward runs. torch.compile: it is read when the
-    backward graph is traced (usually the first call), and stays baked into that compiled graph.
+    Eager mode: a backward uses the block active on the thread that runs it, else the block that was
+    active when its forward ran (autograd runs CUDA backwards on its own device thread, so for CUDA
+    tensors put the forward inside the block). torch.compile: the strategy is read when the graphs
+    are traced (usually the first call) and stays baked into them.
     """
     if name not in _STRATEGIES:
         raise ValueError(f"normkit.backward_strategy: strategy {name!r} is not one of {', '.join(_STRATEGIES)}")
-    previous = get_backward_strategy()
+    previous = getattr(_state, "strategy", None)  # None: no block active on this thread
     _state.strategy = name
     try:
         yield
@@ -118,6 +129,7 @@ def _layer_norm_setup_context(ctx, inputs, output):
     _y, mean, rstd = output
     ctx.save_for_backward(x, weight, bias, mean, rstd)
     ctx.normalized_shape = normalized_shape
+    ctx.normkit_strategy = get_backward_strategy()
     ctx.mark_non_differentiable(mean, rstd)
 
 
@@ -128,7 +140,7 @@ def _layer_norm_backward(ctx, grad_y, _grad_mean, _grad_rstd):
     if grad_y is None or not any(mask):
         return None, None, None, None, None
     dx, dweight, dbias = torch.ops.normkit.layer_norm_backward(
-        grad_y, x, ctx.normalized_shape, mean, rstd, weight, bias, mask, get_backward_strategy())
+        grad_y, x, ctx.normalized_shape, mean, rstd, weight, bias, mask, _strategy_for_backward(ctx))
     return dx, None, dweight, dbias, None
 
 
@@ -137,6 +149,7 @@ def _rms_norm_setup_context(ctx, inputs, output):
     _y, rstd = output
     ctx.save_for_backward(x, weight, rstd)
     ctx.normalized_shape = normalized_shape
+    ctx.normkit_strategy = get_backward_strategy()
     ctx.mark_non_differentiable(rstd)
 
 
@@ -147,7 +160,7 @@ def _rms_norm_backward(ctx, grad_y, _grad_rstd):
     if grad_y is None or not any(mask):
         return None, None, None, None
     dx, dweight = torch.ops.normkit.rms_norm_backward(
-        grad_y, x, ctx.normalized_shape, rstd, weight, mask, get_backward_strategy())
+        grad_y, x, ctx.normalized_shape, rstd, weight, mask, _strategy_for_backward(ctx))
     return dx, None, dweight, None
 
 

@@ -165,8 +165,10 @@ std::size_t partial_bytes(std::int64_t partial_rows, const Problem& p) {
 }
 
 Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
-  if (t.fused_enabled && p.rows * p.cols >= t.fused_min_elements && fused_fits(p, nullptr)) return Strategy::Fused;
-  if (p.rows <= t.simple_max_rows) return Strategy::Simple;
+  const bool fused_size = p.rows * p.cols >= t.fused_min_elements || p.rows >= t.fused_min_rows;
+  const bool fused_layout = vector_width(p) > 1 || p.cols <= t.fused_unaligned_max_cols;
+  if (t.fused_enabled && fused_size && fused_layout && fused_fits(p, nullptr)) return Strategy::Fused;
+  if (p.rows <= t.simple_max_rows || p.cols >= t.simple_min_cols) return Strategy::Simple;
   // Tiled (one block per 32-column strip walking all M) is best while the strips alone fill the
   // GPU or M is too small to split; otherwise two-pass splits M so every SM has work (the seed's
   // "mixed" rule, which removes its chess board).
@@ -304,6 +306,9 @@ std::string format_planner_table(const PlannerTable& t) {
      << "two_pass_target_blocks_per_sm = " << t.two_pass_target_blocks_per_sm << "\n"
      << "fused_enabled = " << (t.fused_enabled ? 1 : 0) << "\n"
      << "fused_min_elements = " << t.fused_min_elements << "\n"
+     << "fused_min_rows = " << t.fused_min_rows << "\n"
+     << "fused_unaligned_max_cols = " << t.fused_unaligned_max_cols << "\n"
+     << "simple_min_cols = " << t.simple_min_cols << "\n"
      << "fused_min_rows_per_block = " << t.fused_min_rows_per_block << "\n"
      << "fused_single_launch = " << (t.fused_single_launch ? 1 : 0) << "\n"
      << "row_items_target = " << t.row_items_target << "\n"
@@ -351,6 +356,9 @@ PlannerTable load_planner_table(const std::string& path) {
     else if (key == "two_pass_target_blocks_per_sm") t.two_pass_target_blocks_per_sm = int(std::max<long long>(v, 1));
     else if (key == "fused_enabled") t.fused_enabled = v != 0;
     else if (key == "fused_min_elements") t.fused_min_elements = v;
+    else if (key == "fused_min_rows") t.fused_min_rows = v;
+    else if (key == "fused_unaligned_max_cols") t.fused_unaligned_max_cols = v;
+    else if (key == "simple_min_cols") t.simple_min_cols = v;
     else if (key == "fused_single_launch") t.fused_single_launch = v != 0;
     else if (key == "fused_min_rows_per_block") t.fused_min_rows_per_block = std::max<long long>(v, 1);
     else if (key == "row_items_target") t.row_items_target = int(std::clamp<long long>(v, 1, kMaxRowItems));

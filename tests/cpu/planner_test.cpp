@@ -127,6 +127,29 @@ TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
   EXPECT_EQ(strategy(1 << 16, wide), Strategy::Tiled);
 }
 
+// The sweep-measured rules (docs/NOTES.md, entry 9): very wide rows take simple, narrow rows with
+// huge M take fused, unaligned rows take fused only when tiny.
+TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
+  const PlannerTable t;
+  const DeviceFacts h200 = DeviceFacts::h200();
+  auto strategy = [&](std::int64_t m, std::int64_t n, DType dt = DType::BF16) {
+    return normkit::plan(backward(m, n, dt), h200, Strategy::Auto, t).strategy;
+  };
+  EXPECT_EQ(strategy(64, t.simple_min_cols), Strategy::Simple);
+  EXPECT_EQ(strategy(4096, t.simple_min_cols), Strategy::Simple);
+  EXPECT_NE(strategy(64, t.simple_min_cols / 4), Strategy::Simple);
+  EXPECT_EQ(strategy(7, 4096), Strategy::Tiled);  // simple only at M <= simple_max_rows
+  EXPECT_EQ(strategy(1, 4096), Strategy::Simple);
+  // narrow rows: fused from fused_min_rows rows although M * N < fused_min_elements
+  ASSERT_LT(t.fused_min_rows * 64, t.fused_min_elements);
+  EXPECT_EQ(strategy(t.fused_min_rows, 64), Strategy::Fused);
+  EXPECT_NE(strategy(t.fused_min_rows - 1, 64), Strategy::Fused);
+  // N = 1 rows are not 16-byte vectorised but fit one thread: fused; N = 255 (scalar, wide group): not
+  EXPECT_EQ(strategy(1 << 20, 1), Strategy::Fused);
+  EXPECT_NE(strategy(1 << 20, 255), Strategy::Fused);
+  EXPECT_TRUE(strategy_supported(backward(1 << 20, 255, DType::BF16), Strategy::Fused));  // forced still serves it
+}
+
 TEST(Planner, TwoPassWorkspaceIsSizedFromNNotTheWeightShape) {
   // The seed's bug: x (100000, 8, 16) normalized over (8, 16) has N = 128 while the weight's last
   // dim is 16. The planner only knows N: the partials are [parts, 128] per requested output.
@@ -283,6 +306,9 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.fused_enabled = false;
   t.fused_single_launch = true;
   t.fused_min_elements = 12345;
+  t.fused_min_rows = 777;
+  t.fused_unaligned_max_cols = 5;
+  t.simple_min_cols = 99999;
   t.row_block_threads = 512;
   t.row_pipeline_stages = 3;
   const std::string path = ::testing::TempDir() + "normkit_table.txt";

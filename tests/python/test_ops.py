@@ -2,6 +2,8 @@
 gradcheck in float64, forced strategies, error messages, empty and meta tensors."""
 import math
 
+import threading
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -214,6 +216,23 @@ def test_unsupported_forced_strategy_raises_not_substitutes():
         ops.layer_norm_backward(dy, x, [300000], mean, rstd, w, b, [True, True, True], "fused")
     with pytest.raises(RuntimeError, match="strategy 'fused' cannot serve"), normkit.backward_strategy("fused"):
         normkit.layer_norm(x, (300000,), w.detach().requires_grad_(), b).backward(dy)
+    # autograd may run the backward on another thread (CUDA: its device thread): a block around the
+    # forward still reaches it
+    with normkit.backward_strategy("fused"):
+        y2 = normkit.layer_norm(x, (300000,), w.detach().requires_grad_(), b)
+    errors = []
+
+    def run_backward():
+        try:
+            y2.backward(dy)
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    worker = threading.Thread(target=run_backward)
+    worker.start()
+    worker.join()
+    assert len(errors) == 1 and "strategy 'fused' cannot serve" in errors[0], errors
+    assert normkit.get_backward_strategy() == "auto"
     # auto picks something that serves it
     dx, dw, db = ops.layer_norm_backward(dy, x, [300000], mean, rstd, w, b, [True, True, True], "auto")
     reference("ln", x, (300000,), w, b, 1e-5, dy, {"dx": dx, "dw": dw, "db": db}, TOL[dtype])
