@@ -152,6 +152,10 @@ constexpr int kMaxRowItems = 4;
 /// caching more items per thread must therefore be smaller.
 /// The kernels' __launch_bounds__ use this; ptxas -v shows which instances still spill.
 constexpr int max_row_threads(int items) { return items >= 8 ? 128 : items >= 4 ? 256 : items >= 2 ? 512 : 1024; }
+/// A lane keeps a weight (or bias) array in registers for the whole row walk when its slots take at
+/// most this many bytes (16 registers); larger fragments re-read it per row (16-byte L1 hits). Part
+/// of the kernels' register budget, like max_row_threads.
+constexpr int kKeptWeightBytes = 64;
 /// Rows too long to cache are streamed (read twice) by groups of this many threads.
 constexpr int kStreamRowThreads = 512;
 /// Row kernels ask the compiler for at least 16 resident warps per SM (512 threads): enough loads

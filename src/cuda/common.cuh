@@ -82,14 +82,6 @@ struct alignas(sizeof(T) * VEC) Pack {
   __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<Pack*>(p) = *this; }
 };
 
-/// Loads VEC elements starting at `p` as floats. Requires p aligned to sizeof(T) * VEC.
-template <typename T, int VEC>
-__device__ __forceinline__ void load_vec(const T* p, float (&out)[VEC]) {
-  const Pack<T, VEC> pack = Pack<T, VEC>::load(p);
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) out[i] = pack.get(i);
-}
-
 template <typename T, int VEC>
 __device__ __forceinline__ void store_vec(T* p, const float (&in)[VEC]) {
   Pack<T, VEC> pack;

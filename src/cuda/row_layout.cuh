@@ -177,11 +177,9 @@ struct WeightFragment {
   }
 };
 
-/// Whether a lane keeps its `arrays` weight arrays (weight; or weight and bias) in registers for the
-/// whole row walk, else it re-reads them per row (16-byte L1 hits): up to 64 bytes in all, i.e. 16
-/// registers (more spilled the LayerNorm forward's 32-element fragments in ptxas -v).
-template <typename W, int ITEMS, int VEC, int ARRAYS = 1>
-constexpr bool keep_weights() { return sizeof(W) * ITEMS * VEC * ARRAYS <= 64; }
+/// Whether a lane keeps a weight array in registers for the whole row walk (kKeptWeightBytes).
+template <typename W, int ITEMS, int VEC>
+constexpr bool keep_weights() { return sizeof(W) * ITEMS * VEC <= kKeptWeightBytes; }
 
 /// Streaming access for rows too long to cache: lane l visits vectors l, l+G, ... of the row,
 /// kStreamUnroll of them per step so that several loads are in flight per thread. load(u, col) is
