@@ -18,7 +18,10 @@ replayed once untimed, then 5 timed replays; the median replay / 20 is the kerne
 overhead excluded). Floors: bytes that must move (/work/shared/norm-math.md) over a device-to-device
 copy bandwidth measured in the same process.
 
-Writes --out (markdown, default bench/results/h200-peers.md) and a JSON next to it.
+Writes --out (markdown, default bench/results/h200-peers.md) and a JSON next to it, after every case
+(a run stopped by --time-budget or killed still leaves a table). --cpu-smoke runs every code path
+on the CPU with tiny shapes and plain wall-clock timing: a check of this script without a GPU, not a
+measurement (its table says so).
 """
 import argparse
 import datetime
@@ -63,6 +66,20 @@ LLM_SHAPES = [  # name, M, N
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
+SMOKE = False  # --cpu-smoke: CPU tensors, tiny shapes, wall-clock timing (checks the script, measures nothing)
+DEVICE = "cuda"
+
+
+def sync():
+    if not SMOKE:
+        torch.cuda.synchronize()
+
+
+def smoke_case(case):
+    """--cpu-smoke: the case cut down to at most 64 x 256, in float32 (ATen's CPU LayerNorm returns
+    16-bit mean/rstd for 16-bit inputs, where CUDA and normkit use float32)."""
+    return dict(case, M=min(case["M"], 64), N=min(case["N"], 256), dtype="float32")
+
 
 def build_cases(suites):
     cases = []
@@ -106,6 +123,14 @@ class Timer:
     def graph_time_us(self, fn, sets):
         """fn(i) runs one call on buffer set i. Median over replays of the per-call time (µs)."""
         calls = self.calls if sets <= 1 else math.ceil(max(self.calls, sets) / sets) * sets
+        if SMOKE:
+            times = []
+            for _ in range(self.replays):
+                t0 = time.perf_counter()
+                for i in range(calls):
+                    fn(i % sets)
+                times.append((time.perf_counter() - t0) * 1e6 / calls)
+            return statistics.median(times), calls
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # warm-up outside capture (compilation, allocator)
@@ -132,6 +157,12 @@ class Timer:
 
 
 def copy_bandwidth(nbytes=1 << 30, repeats=10):
+    if SMOKE:
+        a = torch.full((1 << 24,), 7, dtype=torch.uint8)
+        b = torch.empty_like(a)
+        t0 = time.perf_counter()
+        b.copy_(a)
+        return 2 * a.numel() / max(time.perf_counter() - t0, 1e-9), a.numel()
     a = torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(7)
     b = torch.empty_like(a)
     b.copy_(a)
@@ -253,7 +284,8 @@ def normkit_ops(family, n):
 
 # ----------------------------------------------------------------------------------------------
 
-def make_sets(case, nsets, device="cuda"):
+def make_sets(case, nsets, device=None):
+    device = device or DEVICE
     m, n, dt = case["M"], case["N"], DTYPES[case["dtype"]]
     gen = torch.Generator(device=device)
     gen.manual_seed(1234)
@@ -275,7 +307,11 @@ def make_sets(case, nsets, device="cuda"):
 def run(args):
     t_start = time.time()
     torch.manual_seed(0)
-    prop = torch.cuda.get_device_properties(0)
+    if SMOKE:
+        class prop:  # noqa: N801 -- stands in for the device properties
+            name = "CPU smoke run (not a measurement)"
+    else:
+        prop = torch.cuda.get_device_properties(0)
     l2 = int(getattr(prop, "L2_cache_size", 0) or 60 * 1024 * 1024)
     bw, bw_bytes = copy_bandwidth()
     print(f"[peers] {prop.name}, L2 {l2 >> 20} MiB, copy bandwidth {bw / 1e12:.3f} TB/s", file=sys.stderr)
@@ -284,7 +320,7 @@ def run(args):
     have_normkit, normkit_note = False, ""
     try:
         import normkit  # noqa: F401
-        have_normkit = bool(normkit.cuda_available())
+        have_normkit = SMOKE or bool(normkit.cuda_available())  # smoke: normkit's CPU path
         if not have_normkit:
             normkit_note = "normkit imported but sees no CUDA device (CPU-only build?)"
     except Exception as e:  # noqa: BLE001
@@ -296,15 +332,26 @@ def run(args):
     if args.cases:
         wanted = set(args.cases.split(","))
         cases = [c for c in cases if c["name"] in wanted]
+    if SMOKE:
+        cases = [smoke_case(c) for c in cases]
+    meta = dict(tool="bench/peers.py", commit=args.commit or git_commit(), gpu=prop.name, l2_bytes=l2,
+                torch=torch.__version__, copy_bandwidth_GBps=bw / 1e9, copy_bytes=bw_bytes,
+                calls_per_graph=args.calls, replays=args.replays, compile=not args.quick,
+                normkit=have_normkit, normkit_note=normkit_note, smoke=SMOKE, time_budget=args.time_budget)
     use_compile = not args.quick
     compile_spent = 0.0
     results, notes_all = [], set()
+    skipped = []
     for idx, case in enumerate(cases):
+        if args.time_budget and time.time() - t_start > args.time_budget:
+            skipped = [c["name"] for c in cases[idx:]]
+            print(f"[peers] time budget of {args.time_budget:g} s spent: {len(skipped)} cases not run", file=sys.stderr)
+            break
         m, n, dt = case["M"], case["N"], DTYPES[case["dtype"]]
         e = torch.empty((), dtype=dt).element_size()
         input_bytes = 2 * m * n * e
         nsets = timer.sets_for(input_bytes)
-        free, _total = torch.cuda.mem_get_info()
+        free = 1 << 34 if SMOKE else torch.cuda.mem_get_info()[0]
         while nsets > 1 and nsets * 3 * m * n * e > 0.5 * free:
             nsets -= 1
         print(f"[peers] {idx + 1}/{len(cases)} {case['name']} M={m} N={n} {case['dtype']} sets={nsets} "
@@ -321,7 +368,7 @@ def run(args):
                 row["times"][key] = us
             except Exception as ex:  # noqa: BLE001
                 row["errors"][key] = f"{type(ex).__name__}: {str(ex).splitlines()[0][:200] if str(ex) else ''}"
-                torch.cuda.synchronize()
+                sync()
 
         fwd, gb, full = eager_ops(case["family"], n)
         timeit("eager_fwd", fwd)
@@ -360,16 +407,19 @@ def run(args):
         row["floor_us"] = {op: floor_bytes(op, case["family"], m, n, e, ew) / bw * 1e6 for op in ("fwd", "gb", "full")}
         results.append(row)
         del sets
-        torch.cuda.empty_cache()
+        if not SMOKE:
+            torch.cuda.empty_cache()
         for k, v in row["errors"].items():
             print(f"[peers]   {k}: {v}", file=sys.stderr)
+        write_tables(args, meta, results, [], t_start, compile_spent, notes_all)
+    write_tables(args, meta, results, skipped, t_start, compile_spent, notes_all, final=True)
+    return 0
 
-    meta = dict(tool="bench/peers.py", date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                commit=args.commit or git_commit(), gpu=prop.name, l2_bytes=l2, torch=torch.__version__,
-                copy_bandwidth_GBps=bw / 1e9, copy_bytes=bw_bytes, calls_per_graph=args.calls,
-                replays=args.replays, compile=use_compile, compile_seconds=round(compile_spent, 1),
-                normkit=have_normkit, normkit_note=normkit_note, optional_peer_notes=sorted(notes_all),
-                seconds=round(time.time() - t_start, 1))
+
+def write_tables(args, meta, results, skipped, t_start, compile_spent, notes, final=False):
+    meta = dict(meta, date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                compile_seconds=round(compile_spent, 1), optional_peer_notes=sorted(notes),
+                seconds=round(time.time() - t_start, 1), not_run=skipped, complete=final)
     md = render(meta, results)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
@@ -377,9 +427,9 @@ def run(args):
     json_path = args.json or os.path.splitext(args.out)[0] + ".json"
     with open(json_path, "w") as f:
         json.dump(dict(meta=meta, results=results), f, indent=1)
-    print(md)
-    print(f"[peers] wrote {args.out} and {json_path} in {time.time() - t_start:.0f} s", file=sys.stderr)
-    return 0
+    if final:
+        print(md)
+        print(f"[peers] wrote {args.out} and {json_path} in {time.time() - t_start:.0f} s", file=sys.stderr)
 
 
 def git_commit():
@@ -394,7 +444,13 @@ def render(meta, results):
     def f(v):
         return "-" if v is None else f"{v:.2f}"
 
-    out = ["# normkit vs peers (CUDA-graph kernel time, µs)", "",
+    out = ["# normkit vs peers (CUDA-graph kernel time, µs)", ""]
+    if meta.get("smoke"):
+        out += ["> **CPU smoke run**: tiny shapes on the CPU, wall-clock timing. It checks bench/peers.py; "
+                "it measures nothing.", ""]
+    if not meta.get("complete", True):
+        out += ["> **Partial**: written after the last finished case; the run did not end (yet).", ""]
+    out += [
            f"- commit: {meta['commit']}", f"- date: {meta['date']}", f"- GPU: {meta['gpu']} (L2 {meta['l2_bytes'] >> 20} MiB)",
            f"- torch {meta['torch']}; torch.compile: {'yes' if meta['compile'] else 'no (--quick)'}"
            + (f" ({meta['compile_seconds']} s compiling)" if meta["compile"] else ""),
@@ -430,6 +486,9 @@ def render(meta, results):
                        + (f"{100 * floor / nk:.0f}%" if nk else "-") + " |")
         out.append("")
     out.append("normkit / best peer < 1 means normkit is faster. floor = bytes that must move / copy bandwidth.")
+    if meta.get("not_run"):
+        out += ["", f"### Not run (time budget of {meta['time_budget']:g} s spent)", "",
+                ", ".join(meta["not_run"])]
     errs = [(r["name"], k, v) for r in results for k, v in r["errors"].items()]
     if errs:
         out += ["", "### Not measured", ""] + [f"- {n}: {k}: {v}" for n, k, v in errs]
@@ -449,7 +508,15 @@ def main():
     ap.add_argument("--calls", type=int, default=20, help="calls captured per graph")
     ap.add_argument("--replays", type=int, default=5, help="timed replays (median)")
     ap.add_argument("--commit", default=None)
+    ap.add_argument("--time-budget", type=float, default=0.0,
+                    help="seconds after which no new case starts (0: none); the rest are listed as not run")
+    ap.add_argument("--cpu-smoke", action="store_true",
+                    help="check this script on the CPU: tiny shapes, wall-clock timing, no measurement")
     args = ap.parse_args()
+    if args.cpu_smoke:
+        global SMOKE, DEVICE
+        SMOKE, DEVICE = True, "cpu"
+        return run(args)
     if not torch.cuda.is_available():
         print("peers.py: no CUDA device: nothing to compare (every peer here is a GPU kernel)", file=sys.stderr)
         return 2

@@ -137,7 +137,8 @@ if has_stage profile; then
   done
 fi
 if has_stage peers; then
-  run_stage peers python3 bench/peers.py --commit "$COMMIT" --compile-budget 45 --out "$RESULTS/h200-peers.md"
+  run_stage peers python3 bench/peers.py --commit "$COMMIT" --compile-budget 45 --time-budget "${PEERS_BUDGET:-400}" \
+    --out "$RESULTS/h200-peers.md"
 fi
 
 pack

@@ -1,0 +1,41 @@
+"""bench/peers.py on the CPU (--cpu-smoke): every code path of the side-by-side script runs and
+writes its table, so the GPU run it exists for does not fail on a Python error."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_peers(tmp_path, *extra):
+    out = tmp_path / "peers.md"
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "peers.py"), "--cpu-smoke", "--quick", "--calls", "2",
+           "--replays", "1", "--commit", "test", "--out", str(out), *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out.read_text(), json.loads((tmp_path / "peers.json").read_text())
+
+
+def test_peers_cpu_smoke_writes_every_table(tmp_path):
+    md, data = run_peers(tmp_path, "--suite", "seed")
+    assert "CPU smoke run" in md
+    for title in ("dgamma/dbeta only", "full backward", "forward"):
+        assert f"## {title}" in md
+    assert len(data["results"]) == 13 and data["meta"]["complete"]
+    ln = next(r for r in data["results"] if r["name"] == "tile256_large_fp32")
+    # eager and normkit both measured (normkit through its CPU path), with normkit's plan
+    for key in ("eager_fwd", "eager_gb", "eager_full", "normkit_fwd", "normkit_gb", "normkit_full"):
+        assert ln["times"].get(key, 0) > 0, (key, ln["errors"])
+    assert ln["normkit_plan_full"].split()[0] in ("simple", "tiled", "two_pass", "fused")
+
+
+def test_peers_time_budget_lists_the_cases_not_run(tmp_path):
+    md, data = run_peers(tmp_path, "--suite", "seed,llm", "--time-budget", "0.000001")
+    assert data["meta"]["not_run"], "a spent budget leaves cases not run"
+    assert "### Not run" in md
+    assert len(data["results"]) + len(data["meta"]["not_run"]) == 13 + 28
