@@ -98,7 +98,7 @@ struct Plan {
 /// can write a table for another GPU which load_planner_table() reads.
 struct PlannerTable {
   // gamma/beta strategy choice when the fused path cannot serve the call (or is not chosen)
-  /// M <= this: simple (one thread per column). The bf16 sweep at d8cc3c6 (docs/NOTES.md, entry 9):
+  /// M <= this: simple (one thread per column). The bf16 sweep at 57bda28 (docs/NOTES.md, entry 9):
   /// at M = 7 tiled beat simple 1.6-2.25x for N = 64..16384; at M = 1 they tie.
   std::int64_t simple_max_rows = 1;
   /// N >= this: simple at any M that tiled would serve (its 32-column strips read 64-byte pieces of
