@@ -97,15 +97,24 @@ __device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p
   const std::int64_t iterations = row_iterations(p.rows, p.rows_per_block);
   if constexpr (kStaged) {
     const RowStages<T, ITEMS, VEC, 2> stages(p.stages);
+    // The copies walk the iterations in order (0, 1, 2, ...): running row pointers instead of a
+    // 64-bit multiply per row and tensor.
+    std::int64_t copy_row = first;
+    const T* x_row = p.x.data + first * p.x.stride;
+    const T* dy_row = p.dy.data + first * p.dy.stride;
+    const std::int64_t x_step = row_step * p.x.stride, dy_step = row_step * p.dy.stride;
     staged_row_walk(
         iterations, p.stages,
-        [&](std::int64_t it, int s) {
-          const std::int64_t r = first + it * row_step;
-          if (r >= p.rows) return;
-          stages.copy_row(s, 0, p.x.row(r), g, p.cols);
-          stages.copy_row(s, 1, p.dy.row(r), g, p.cols);
-          if (!kRms) stages.copy_stat(s, 0, p.mean + r);
-          stages.copy_stat(s, 1, p.rstd + r);
+        [&](std::int64_t, int s) {
+          if (copy_row < p.rows) {
+            stages.copy_row(s, 0, x_row, g, p.cols);
+            stages.copy_row(s, 1, dy_row, g, p.cols);
+            if (!kRms) stages.copy_stat(s, 0, p.mean + copy_row);
+            stages.copy_stat(s, 1, p.rstd + copy_row);
+          }
+          copy_row += row_step;
+          x_row += x_step;
+          dy_row += dy_step;
         },
         [&](std::int64_t it, int s) {
           const std::int64_t r = first + it * row_step;

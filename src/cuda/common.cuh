@@ -69,14 +69,84 @@ template <> __device__ __forceinline__ float float_to_bits<float>(float v) { ret
 template <> __device__ __forceinline__ unsigned short float_to_bits<__half>(float v) { return __half_as_ushort(__float2half_rn(v)); }
 template <> __device__ __forceinline__ unsigned short float_to_bits<__nv_bfloat16>(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 
-template <typename T, int VEC>
+/// Two 16-bit values in one 32-bit word (element 2j in the low half, as in memory).
+template <typename T> __device__ __forceinline__ float word_low_to_float(unsigned w);
+template <typename T> __device__ __forceinline__ float word_high_to_float(unsigned w);
+template <typename T> __device__ __forceinline__ unsigned floats_to_word(float low, float high);
+template <> __device__ __forceinline__ float word_low_to_float<__nv_bfloat16>(unsigned w) { return __uint_as_float(w << 16); }
+template <> __device__ __forceinline__ float word_high_to_float<__nv_bfloat16>(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+template <> __device__ __forceinline__ unsigned floats_to_word<__nv_bfloat16>(float low, float high) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+  return *reinterpret_cast<const unsigned*>(&pair);
+}
+template <> __device__ __forceinline__ float word_low_to_float<__half>(unsigned w) {
+  return __low2float(*reinterpret_cast<const __half2*>(&w));
+}
+template <> __device__ __forceinline__ float word_high_to_float<__half>(unsigned w) {
+  return __high2float(*reinterpret_cast<const __half2*>(&w));
+}
+template <> __device__ __forceinline__ unsigned floats_to_word<__half>(float low, float high) {
+  const __half2 pair = __floats2half2_rn(low, high);
+  return *reinterpret_cast<const unsigned*>(&pair);
+}
+
+/// VEC elements of T as one aligned value (16 bytes when VEC = 16 / sizeof(T)). fp32 and single
+/// 16-bit elements are stored as they are; pairs of 16-bit elements are stored as 32-bit words, so
+/// that reading one is a shift or a mask of its register (storing them as separate 16-bit values
+/// made the compiler split every loaded word with PRMT first: 2 instructions per element, plus 16-bit
+/// zeroing of padding; SASS of the fused loop at 095e3ab).
+template <typename T, int VEC, bool kWords = (sizeof(T) == 2 && VEC % 2 == 0)>
 struct alignas(sizeof(T) * VEC) Pack {
   typename StorageOf<T>::type v[VEC];
   __device__ __forceinline__ float get(int i) const { return bits_to_float<T>(v[i]); }
   __device__ __forceinline__ void set(int i, float x) { v[i] = float_to_bits<T>(x); }
+  __device__ __forceinline__ void set_pair(int j, float low, float high) {
+    set(2 * j, low);
+    set(2 * j + 1, high);
+  }
   __device__ __forceinline__ void zero() {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) v[i] = 0;  // +0.0 in every float format
+  }
+  __device__ __forceinline__ void fill(float x) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) set(i, x);
+  }
+  /// Elements [first, first + M) of this pack from `part` (a pack of M elements of the same type).
+  template <int M>
+  __device__ __forceinline__ void assign(int first, const Pack<T, M>& part) {
+#pragma unroll
+    for (int i = 0; i < M; ++i) v[first + i] = part.v[i];
+  }
+  __device__ __forceinline__ static Pack load(const T* p) { return *reinterpret_cast<const Pack*>(p); }
+  __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<Pack*>(p) = *this; }
+};
+
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Pack<T, VEC, true> {
+  unsigned w[VEC / 2];
+  __device__ __forceinline__ float get(int i) const {
+    return (i & 1) ? word_high_to_float<T>(w[i / 2]) : word_low_to_float<T>(w[i / 2]);
+  }
+  /// Sets one element (a read-modify-write of its word: for set-up code; set_pair in loops).
+  __device__ __forceinline__ void set(int i, float x) {
+    const unsigned bits = float_to_bits<T>(x);
+    w[i / 2] = (i & 1) ? ((w[i / 2] & 0x0000ffffu) | (bits << 16)) : ((w[i / 2] & 0xffff0000u) | bits);
+  }
+  __device__ __forceinline__ void set_pair(int j, float low, float high) { w[j] = floats_to_word<T>(low, high); }
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int j = 0; j < VEC / 2; ++j) w[j] = 0u;  // +0.0 twice
+  }
+  __device__ __forceinline__ void fill(float x) {
+#pragma unroll
+    for (int j = 0; j < VEC / 2; ++j) set_pair(j, x, x);
+  }
+  template <int M>
+  __device__ __forceinline__ void assign(int first, const Pack<T, M>& part) {
+    static_assert(M % 2 == 0, "16-bit parts are whole words");
+#pragma unroll
+    for (int j = 0; j < M / 2; ++j) w[first / 2 + j] = part.w[j];
   }
   __device__ __forceinline__ static Pack load(const T* p) { return *reinterpret_cast<const Pack*>(p); }
   __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<Pack*>(p) = *this; }
@@ -85,8 +155,13 @@ struct alignas(sizeof(T) * VEC) Pack {
 template <typename T, int VEC>
 __device__ __forceinline__ void store_vec(T* p, const float (&in)[VEC]) {
   Pack<T, VEC> pack;
+  if constexpr (VEC % 2 == 0) {
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) pack.set(i, in[i]);
+    for (int j = 0; j < VEC / 2; ++j) pack.set_pair(j, in[2 * j], in[2 * j + 1]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) pack.set(i, in[i]);
+  }
   pack.store(p);
 }
 
@@ -98,13 +173,28 @@ __device__ __forceinline__ float group_sum_in_warp(float v, int width) {
   return v;
 }
 
+/// Sum over a whole warp, unrolled (no loop on a runtime width); every lane gets the same bits
+/// (each butterfly step adds the same two values, in either order).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
 /// Sums (a, b) over a row group of `group_threads` threads (a power of two). Groups up to a warp
-/// reduce with shuffles; larger groups combine their warps through `scratch` (2 * warps-per-block
-/// floats). Every thread of the block must call it (it may synchronise the block).
+/// reduce with shuffles; larger groups combine their warps' sums through `scratch` (2 * warps-per-block
+/// floats): lane l of each warp takes warp l's sums and one more warp butterfly adds them, a fixed
+/// order without a loop over the group's warps (that loop, with its runtime trip count, cost ~200
+/// instructions per row in the fused kernel's SASS at 095e3ab). Every thread of the block must call
+/// it (it may synchronise the block).
 __device__ __forceinline__ void row_group_sum2(float& a, float& b, int group_threads, float* scratch) {
-  const int width = group_threads < kWarpSize ? group_threads : kWarpSize;
-  a = group_sum_in_warp(a, width);
-  b = group_sum_in_warp(b, width);
+  if (group_threads >= kWarpSize) {
+    a = warp_sum(a);
+    b = warp_sum(b);
+  } else {
+    a = group_sum_in_warp(a, group_threads);
+    b = group_sum_in_warp(b, group_threads);
+  }
   if (group_threads <= kWarpSize) return;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int warps_per_group = group_threads / kWarpSize;
@@ -115,33 +205,84 @@ __device__ __forceinline__ void row_group_sum2(float& a, float& b, int group_thr
     scratch[2 * warp + 1] = b;
   }
   __syncthreads();
-  a = 0.f;
-  b = 0.f;
-  for (int w = 0; w < warps_per_group; ++w) {  // fixed order: same bits every run
-    a += scratch[2 * (first_warp + w)];
-    b += scratch[2 * (first_warp + w) + 1];
+  const bool mine = lane < warps_per_group;
+  a = warp_sum(mine ? scratch[2 * (first_warp + lane)] : 0.f);
+  b = warp_sum(mine ? scratch[2 * (first_warp + lane) + 1] : 0.f);
+}
+
+/// Count, mean and M2 (sum of squared deviations from the mean) of some of a row's elements.
+struct Moments {
+  float n, mean, m2;
+};
+
+/// The moments of the union of two disjoint parts (Chan, Golub and LeVeque): as robust as Welford's
+/// update. Fixed argument order: the same parts give the same bits.
+__device__ __forceinline__ Moments merge_moments(const Moments& a, const Moments& b) {
+  const float n = a.n + b.n;
+  if (n == 0.f) return a;
+  const float delta = b.mean - a.mean;
+  const float share_b = __fdividef(b.n, n);  // counts: exact integers, n > 0; ~2 ulp is plenty
+  return {n, a.mean + delta * share_b, a.m2 + b.m2 + delta * delta * a.n * share_b};
+}
+
+/// Merges moments over `width` lanes (a power of two, <= warp size) by xor butterfly; a pair always
+/// merges the lower lane's part first, so every lane gets the same bits.
+__device__ __forceinline__ Moments warp_merge_moments(Moments m, int width) {
+  const int lane = int(threadIdx.x) % kWarpSize;
+#pragma unroll 1  // a merge is ~15 instructions with its division: kept as a loop (ptxas spilled unrolled)
+  for (int offset = 1; offset < width; offset *= 2) {
+    const Moments other{__shfl_xor_sync(0xffffffffu, m.n, offset), __shfl_xor_sync(0xffffffffu, m.mean, offset),
+                        __shfl_xor_sync(0xffffffffu, m.m2, offset)};
+    m = (lane & offset) ? merge_moments(other, m) : merge_moments(m, other);
   }
+  return m;
+}
+
+/// Merges the lanes' moments over a row group of `group_threads` threads (a power of two) in one
+/// reduction round; every lane gets the group's moments, bit-identical. Larger groups combine their
+/// warps through `scratch` (3 * warps-per-block floats): lane l takes the moments of the group's warp
+/// l % warps_per_group, so every aligned run of warps_per_group lanes holds all of them, and one
+/// butterfly of that width merges them in the same order in every run: every lane gets the same
+/// bits. Every thread of the block must call it (it may synchronise the block).
+__device__ __forceinline__ Moments row_group_moments(Moments m, int group_threads, float* scratch) {
+  if (group_threads <= kWarpSize) return warp_merge_moments(m, group_threads);
+  m = warp_merge_moments(m, kWarpSize);
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  const int warps_per_group = group_threads / kWarpSize;
+  const int first_warp = (warp / warps_per_group) * warps_per_group;
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) {
+    scratch[3 * warp] = m.n;
+    scratch[3 * warp + 1] = m.mean;
+    scratch[3 * warp + 2] = m.m2;
+  }
+  __syncthreads();
+  const float* mine = scratch + 3 * (first_warp + lane % warps_per_group);
+  return warp_merge_moments(Moments{mine[0], mine[1], mine[2]}, warps_per_group);
 }
 
 // ---- asynchronous global -> shared copies (cp.async, sm_80 and later) ----
-/// Copies 16 bytes (both addresses 16-byte aligned) without passing through registers.
-__device__ __forceinline__ void cp_async_16(void* smem, const void* global) {
+/// Shared-memory address (the .shared window) of a generic pointer into shared memory.
+__device__ __forceinline__ unsigned shared_address(const void* smem) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(smem));
+}
+/// Copies 16 bytes (both addresses 16-byte aligned) without passing through registers; `smem` is a
+/// shared_address().
+__device__ __forceinline__ void cp_async_16(unsigned smem, const void* global) {
 #if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(smem))),
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(global) : "memory");
+#else
+  asm volatile("{\n .reg .b32 a, b, c, d;\n ld.global.v4.b32 {a, b, c, d}, [%1];\n st.shared.v4.b32 [%0], {a, b, c, d};\n}\n" ::"r"(smem),
                "l"(global)
                : "memory");
-#else
-  *static_cast<uint4*>(smem) = *static_cast<const uint4*>(global);
 #endif
 }
-/// Copies 4 bytes (both addresses 4-byte aligned).
-__device__ __forceinline__ void cp_async_4(void* smem, const void* global) {
+/// Copies 4 bytes (both addresses 4-byte aligned); `smem` is a shared_address().
+__device__ __forceinline__ void cp_async_4(unsigned smem, const void* global) {
 #if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(smem))),
-               "l"(global)
-               : "memory");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem), "l"(global) : "memory");
 #else
-  *static_cast<float*>(smem) = *static_cast<const float*>(global);
+  asm volatile("{\n .reg .b32 a;\n ld.global.b32 a, [%1];\n st.shared.b32 [%0], a;\n}\n" ::"r"(smem), "l"(global) : "memory");
 #endif
 }
 /// Closes this thread's group of copies issued since the last commit (an empty group is fine).
@@ -166,51 +307,6 @@ __device__ __forceinline__ void cp_async_wait(int pending) {
   }
   static_assert(kMaxRowStages <= 8, "cp_async_wait covers pending counts up to 7");
 #endif
-}
-
-/// Count, mean and M2 (sum of squared deviations from the mean) of some of a row's elements.
-struct Moments {
-  float n, mean, m2;
-};
-
-/// The moments of the union of two disjoint parts (Chan, Golub and LeVeque): as robust as Welford's
-/// update. Fixed argument order: the same parts give the same bits.
-__device__ __forceinline__ Moments merge_moments(const Moments& a, const Moments& b) {
-  const float n = a.n + b.n;
-  if (n == 0.f) return a;
-  const float delta = b.mean - a.mean;
-  const float share_b = __fdividef(b.n, n);  // counts: exact integers, n > 0; ~2 ulp is plenty
-  return {n, a.mean + delta * share_b, a.m2 + b.m2 + delta * delta * a.n * share_b};
-}
-
-/// Merges the lanes' moments over a row group of `group_threads` threads (a power of two) in one
-/// reduction round; every lane gets the group's moments, bit-identical (a pair always merges the
-/// lower lane's part first). Larger groups combine their warps through `scratch` (3 * warps-per-block
-/// floats) in warp order. Every thread of the block must call it (it may synchronise the block).
-__device__ __forceinline__ Moments row_group_moments(Moments m, int group_threads, float* scratch) {
-  const int width = group_threads < kWarpSize ? group_threads : kWarpSize;
-  const int lane = int(threadIdx.x) % kWarpSize;
-  for (int offset = 1; offset < width; offset *= 2) {
-    const Moments other{__shfl_xor_sync(0xffffffffu, m.n, offset), __shfl_xor_sync(0xffffffffu, m.mean, offset),
-                        __shfl_xor_sync(0xffffffffu, m.m2, offset)};
-    m = (lane & offset) ? merge_moments(other, m) : merge_moments(m, other);
-  }
-  if (group_threads <= kWarpSize) return m;
-  const int warp = int(threadIdx.x) / kWarpSize;
-  const int warps_per_group = group_threads / kWarpSize;
-  const int first_warp = (warp / warps_per_group) * warps_per_group;
-  __syncthreads();  // scratch may still be read by a previous call
-  if (lane == 0) {
-    scratch[3 * warp] = m.n;
-    scratch[3 * warp + 1] = m.mean;
-    scratch[3 * warp + 2] = m.m2;
-  }
-  __syncthreads();
-  Moments total{scratch[3 * first_warp], scratch[3 * first_warp + 1], scratch[3 * first_warp + 2]};
-  for (int w = 1; w < warps_per_group; ++w)  // fixed order: same bits every run
-    total = merge_moments(total, Moments{scratch[3 * (first_warp + w)], scratch[3 * (first_warp + w) + 1],
-                                         scratch[3 * (first_warp + w) + 2]});
-  return total;
 }
 
 /// Device-side views of the row tensors (64-bit strides: M * N may exceed 2^31).

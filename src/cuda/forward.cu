@@ -119,11 +119,16 @@ __global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threa
     const std::int64_t my_first = first + g.index;
     if constexpr (kStaged) {
       const RowStages<T, ITEMS, VEC, 1> stages(p.stages);
+      // The copies walk the iterations in order: a running row pointer instead of a 64-bit multiply.
+      std::int64_t copy_row = my_first;
+      const T* x_row = p.x.data + my_first * p.x.stride;
+      const std::int64_t x_step = row_step * p.x.stride;
       staged_row_walk(
           iterations, p.stages,
-          [&](std::int64_t it, int s) {
-            const std::int64_t r = my_first + it * row_step;
-            if (r < p.rows) stages.copy_row(s, 0, p.x.row(r), g, p.cols);
+          [&](std::int64_t, int s) {
+            if (copy_row < p.rows) stages.copy_row(s, 0, x_row, g, p.cols);
+            copy_row += row_step;
+            x_row += x_step;
           },
           [&](std::int64_t it, int s) {
             const std::int64_t r = my_first + it * row_step;

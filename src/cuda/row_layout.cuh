@@ -56,29 +56,34 @@ extern __shared__ __align__(16) unsigned char row_kernel_smem[];
 template <typename T, int ITEMS, int VEC, int TENSORS>
 struct RowStages {
   static_assert(sizeof(Pack<T, VEC>) == 16, "staged rows are copied 16 bytes at a time");
-  Pack<T, VEC>* rows;
-  float* stats;
+  const Pack<T, VEC>* rows;  // this thread's first slot
+  const float* stats;        // this thread's first statistic
+  unsigned rows_address;     // the same two, as shared-memory addresses for cp.async (computed once:
+  unsigned stats_address;    // deriving them per copy cost a special-register read each time)
+  int threads;
 
-  __device__ __forceinline__ explicit RowStages(int depth)
-      : rows(reinterpret_cast<Pack<T, VEC>*>(row_kernel_smem)),
-        stats(reinterpret_cast<float*>(rows + std::int64_t(depth) * TENSORS * ITEMS * blockDim.x)) {}
-
-  __device__ __forceinline__ Pack<T, VEC>* slot(int stage, int tensor, int k) const {
-    return rows + ((stage * TENSORS + tensor) * ITEMS + k) * int(blockDim.x) + int(threadIdx.x);
+  __device__ __forceinline__ explicit RowStages(int depth) : threads(int(blockDim.x)) {
+    const Pack<T, VEC>* base = reinterpret_cast<const Pack<T, VEC>*>(row_kernel_smem);
+    rows = base + threadIdx.x;
+    stats = reinterpret_cast<const float*>(base + std::int64_t(depth) * TENSORS * ITEMS * threads) + threadIdx.x;
+    rows_address = shared_address(rows);
+    stats_address = shared_address(stats);
   }
-  __device__ __forceinline__ float* stat_slot(int stage, int which) const {
-    return stats + (stage * 2 + which) * int(blockDim.x) + int(threadIdx.x);
+
+  /// Index (in slots of `threads` packs) of slot k of `tensor` in `stage`.
+  __device__ __forceinline__ int slot_index(int stage, int tensor, int k) const {
+    return ((stage * TENSORS + tensor) * ITEMS + k) * threads;
   }
   /// Starts the copies of this lane's slots of `row` (slots past N are not copied).
   __device__ __forceinline__ void copy_row(int stage, int tensor, const T* row, const RowGroup& g, int n) const {
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       const int col = g.column<VEC>(k);
-      if (col < n) cp_async_16(slot(stage, tensor, k), row + col);
+      if (col < n) cp_async_16(rows_address + unsigned(slot_index(stage, tensor, k)) * 16u, row + col);
     }
   }
   __device__ __forceinline__ void copy_stat(int stage, int which, const float* value) const {
-    cp_async_4(stat_slot(stage, which), value);
+    cp_async_4(stats_address + unsigned((stage * 2 + which) * threads) * 4u, value);
   }
   /// The staged row as RowFragment::load would have read it (zeros past N or when !active).
   __device__ __forceinline__ void read_row(int stage, int tensor, RowFragment<T, ITEMS, VEC>& f, const RowGroup& g,
@@ -86,13 +91,13 @@ struct RowStages {
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       if (active && g.column<VEC>(k) < n) {
-        f.p[k] = *slot(stage, tensor, k);
+        f.p[k] = rows[slot_index(stage, tensor, k)];
       } else {
         f.p[k].zero();
       }
     }
   }
-  __device__ __forceinline__ float stat(int stage, int which) const { return *stat_slot(stage, which); }
+  __device__ __forceinline__ float stat(int stage, int which) const { return stats[(stage * 2 + which) * threads]; }
 };
 
 /// This block's row iterations: iteration `it` handles row first + it * row_step + group index.
@@ -165,13 +170,10 @@ struct WeightFragment {
       if (weight != nullptr && col < n) {
 #pragma unroll
         for (int c = 0; c < VEC / kChunk; ++c) {
-          const Pack<W, kChunk> chunk = Pack<W, kChunk>::load(weight + col + c * kChunk);
-#pragma unroll
-          for (int j = 0; j < kChunk; ++j) p[k].v[c * kChunk + j] = chunk.v[j];
+          p[k].assign(c * kChunk, Pack<W, kChunk>::load(weight + col + c * kChunk));
         }
       } else {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) p[k].set(i, fallback);
+        p[k].fill(fallback);
       }
     }
   }
