@@ -5,7 +5,7 @@
 # summary is printed last.
 #
 #   scripts/gpu-check.sh [stage ...]     stages: build ctest python bench (= seed llm) llm-unstaged sweep profile
-#                                        pyprobe pysmoke peers e2e
+#                                        profile-wide pyprobe pysmoke peers e2e
 #                                        (default: build ctest python bench)
 #
 # Environment: OUT (log folder, default ./gpu-check-out), JOBS (build parallelism, default nproc),
@@ -113,6 +113,15 @@ if has_stage llm-unstaged; then
   printf 'row_pipeline_stages = 0\n' > "$WORK/unstaged.table"
   NORMKIT_PLANNER_TABLE="$WORK/unstaged.table" run_stage bench-llm-unstaged "$BENCH" --suite llm --mode graph --iters 20 \
     --warmup 3 --budget 0.5 --commit "$COMMIT+unstaged" --md "$RESULTS/h200-llm-unstaged.md" --json "$RESULTS/h200-llm-unstaged.json"
+fi
+if has_stage profile-wide; then
+  # Nsight Compute on the streamed forward and dX kernels at 2048 x 65536 bf16 (DRAM vs L2 traffic).
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  for kernel in forward_kernel backward_dx_kernel; do
+    run_stage "profile-wide-$kernel" "$NCU" --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section MemoryWorkloadAnalysis -k "regex:$kernel" -c 1 \
+      "$BENCH" --shape 2048,65536 --op ln_fwd,ln_bwd --dtype bf16 --strategy tiled --mode events --iters 1 --warmup 0 --runs 1
+  done
 fi
 if has_stage e2e; then
   run_stage e2e timeout "${E2E_TIMEOUT:-600}" python3 bench/e2e.py --commit "$COMMIT" --out "$RESULTS/h200-e2e.md"
