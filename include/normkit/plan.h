@@ -161,6 +161,17 @@ constexpr int kStreamRowThreads = 512;
 /// Row kernels ask the compiler for at least 16 resident warps per SM (512 threads): enough loads
 /// in flight for HBM without starving a thread's fragment of registers (128 per thread).
 constexpr int row_min_blocks_per_sm(int threads) { return threads >= 512 ? 1 : 512 / threads; }
+/// Streamed rows hold only kStreamUnroll vectors per tensor per thread, so they need more resident
+/// warps instead: two blocks of kStreamRowThreads per SM (64 registers a thread). With one (76-80
+/// registers, 16 warps) the streamed kernels reached 39-48 % of DRAM bandwidth (ncu, 2048 x 65536
+/// bf16, docs/NOTES.md entry 11).
+constexpr int kStreamMinBlocksPerSm = 2;
+/// __launch_bounds__ of a row kernel that caches `items` vectors per thread (0 = streamed rows):
+/// its largest block, and the blocks per SM the compiler must leave registers for.
+constexpr int row_kernel_max_threads(int items) { return items == 0 ? kStreamRowThreads : max_row_threads(items); }
+constexpr int row_kernel_min_blocks(int items) {
+  return items == 0 ? kStreamMinBlocksPerSm : row_min_blocks_per_sm(max_row_threads(items));
+}
 /// The fused backward keeps dgamma/dbeta accumulators in registers next to the cached row: at most
 /// kMaxFusedItems vectors per thread, in blocks of kFusedBlockThreads threads, one block per SM
 /// (its __launch_bounds__(kFusedBlockThreads, 1) guarantee co-residency for the grid-wide reduce).

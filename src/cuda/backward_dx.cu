@@ -8,8 +8,7 @@ namespace normkit::cuda {
 namespace {
 
 template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
-__global__ void __launch_bounds__(ITEMS == 0 ? kStreamRowThreads : max_row_threads(ITEMS),
-                                  row_min_blocks_per_sm(ITEMS == 0 ? kStreamRowThreads : max_row_threads(ITEMS))) backward_dx_kernel(const BackwardParams<T, W> p) {
+__global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_blocks(ITEMS)) backward_dx_kernel(const BackwardParams<T, W> p) {
   __shared__ float scratch[2 * 1024 / kWarpSize];
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
   const std::int64_t row_step = std::int64_t(gridDim.x) * p.rows_per_block;

@@ -62,10 +62,9 @@ RowShape row_shape(const Problem& p, const DeviceFacts& device, const PlannerTab
 }
 
 /// Blocks of a row kernel resident per SM as its __launch_bounds__ guarantee them (the register
-/// budget of max_row_threads(items) threads, row_min_blocks_per_sm of them).
+/// budget of row_kernel_max_threads(items) threads, row_kernel_min_blocks of them).
 int guaranteed_row_blocks_per_sm(const RowShape& s) {
-  const int bound = s.items == 0 ? kStreamRowThreads : max_row_threads(s.items);
-  return std::max(1, bound * row_min_blocks_per_sm(bound) / s.block_threads());
+  return std::max(1, row_kernel_max_threads(s.items) * row_kernel_min_blocks(s.items) / s.block_threads());
 }
 
 /// Shared-memory staging of a row-cached kernel (RowShape::stages): `tensors` rows (x; or x and dy)
