@@ -146,8 +146,14 @@ if has_stage profile; then
   done
 fi
 if has_stage peers; then
-  run_stage peers python3 bench/peers.py --commit "$COMMIT" --compile-budget 45 --time-budget "${PEERS_BUDGET:-400}" \
-    --out "$RESULTS/h200-peers.md"
+  # normkit through its Python layer (installed here unless the python stage did); Liger from a source
+  # copy in the ignored third_party_peers/liger (carried to the GPU machine), when present.
+  has_stage python || has_stage pysmoke || MAX_JOBS=$JOBS run_stage pip python3 -m pip install --no-build-isolation --no-deps -v .
+  LIGER_ARGS=()
+  [ -d third_party_peers/liger/liger_kernel ] && LIGER_ARGS=(--liger-path "$ROOT/third_party_peers/liger")
+  run_stage peers python3 bench/peers.py --commit "$COMMIT" --compile-budget "${PEERS_COMPILE_BUDGET:-100}" \
+    --time-budget "${PEERS_BUDGET:-400}" "${LIGER_ARGS[@]}" --out "$RESULTS/h200-peers.md"
+  tail -n 5 "$LOGS/peers.log" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
 
 pack
