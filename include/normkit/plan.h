@@ -71,7 +71,8 @@ struct RowShape {
 /// reduce (two-pass pass 2, fused final reduce).
 struct ColumnShape {
   TileBand band = TileBand::None;
-  int block_x = 32;              ///< columns per block (one per lane)
+  int block_x = 32;              ///< lanes per block row
+  int vec = 1;                   ///< columns per lane, read 16 bytes at a time when > 1 (vector rule)
   int block_y = 1;               ///< thread rows per block
   int rows_per_thread = 1;       ///< rows a thread accumulates per block iteration
   std::int64_t col_blocks = 0;   ///< column strips
@@ -79,6 +80,7 @@ struct ColumnShape {
   std::int64_t rows_per_part = 0;
   int reduce_block_y = 8;        ///< partial reduce: threads summing one column strip together
   int rows_per_iteration() const { return block_y * rows_per_thread; }
+  int columns_per_block() const { return block_x * vec; }
 };
 
 struct Plan {
@@ -101,9 +103,11 @@ struct PlannerTable {
   /// M <= this: simple (one thread per column). The bf16 sweep at 57bda28 (docs/NOTES.md, entry 9):
   /// at M = 7 tiled beat simple 1.6-2.25x for N = 64..16384; at M = 1 they tie.
   std::int64_t simple_max_rows = 1;
-  /// N >= this: simple at any M that tiled would serve (its 32-column strips read 64-byte pieces of
-  /// a row; simple's 256 columns per block read whole sectors). Sweep: simple won 1.07-1.46x at
-  /// N = 262144 for M = 64..1024 and 1.02x at M = 4096; tiled won 3x at N = 65536.
+  /// N >= this: simple at any M that tiled would serve, when the rows are not vectorised (scalar
+  /// 32-column strips read 64-byte pieces of a row; simple's 256 columns per block read whole
+  /// sectors). Sweep at 57bda28, scalar strips: simple won 1.07-1.46x at N = 262144 for M = 64..1024
+  /// and 1.02x at M = 4096; tiled won 3x at N = 65536. Vectorised strips (16 bytes per lane) never
+  /// take simple for width.
   std::int64_t simple_min_cols = 262144;
   std::int64_t tile64_min_rows = 64;         ///< seed bands
   std::int64_t tile128_min_rows = 128;

@@ -1,4 +1,4 @@
-// Column-strip building blocks of the gamma/beta strategies: a thread owns one column and sums
+// Column-strip building blocks of the gamma/beta strategies: a thread owns VEC columns and sums
 // dy * xhat (dgamma) and dy (dbeta) over a range of rows; the thread rows of a block are then
 // combined in shared memory in a fixed order (bitwise repeatable: no atomics anywhere).
 #pragma once
@@ -7,40 +7,58 @@
 
 namespace normkit::cuda {
 
-/// Sums over rows [row_begin, row_end): thread row `ty` of `block_y` takes rows ty, ty + block_y,
-/// ... with RPT of them unrolled per step so that several loads are in flight.
-template <typename T, typename W, bool kRms, int RPT>
-__device__ __forceinline__ void accumulate_column(const BackwardParams<T, W>& p, int col, std::int64_t row_begin,
-                                                  std::int64_t row_end, int ty, int block_y, float& dgamma,
-                                                  float& dbeta) {
+/// Sums over rows [row_begin, row_end) for the VEC consecutive columns col, col + 1, ... of this
+/// thread: thread row `ty` of `block_y` takes rows ty, ty + block_y, ... with RPT of them unrolled
+/// per step so that several loads are in flight. VEC > 1 reads 16 bytes per row and tensor, which
+/// needs the planner's vector rule (16-byte aligned rows, N % VEC == 0): a warp then reads 512
+/// contiguous bytes of a row where one column per lane reads 64 (bf16).
+template <typename T, typename W, bool kRms, int RPT, int VEC>
+__device__ __forceinline__ void accumulate_columns(const BackwardParams<T, W>& p, int col, std::int64_t row_begin,
+                                                   std::int64_t row_end, int ty, int block_y, float (&dgamma)[VEC],
+                                                   float (&dbeta)[VEC]) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) dgamma[i] = dbeta[i] = 0.f;
   if (col >= p.cols) return;
   for (std::int64_t r0 = row_begin + ty; r0 < row_end; r0 += std::int64_t(block_y) * RPT) {
 #pragma unroll
     for (int j = 0; j < RPT; ++j) {
       const std::int64_t r = r0 + std::int64_t(j) * block_y;
       if (r < row_end) {
-        const float dy = to_float(p.dy.row(r)[col]);
-        const float x = to_float(p.x.row(r)[col]);
+        const Pack<T, VEC> dy = Pack<T, VEC>::load(p.dy.row(r) + col);
+        const Pack<T, VEC> x = Pack<T, VEC>::load(p.x.row(r) + col);
         float mean, rstd;
         row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
-        dgamma += dy * (x - mean) * rstd;
-        dbeta += dy;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          dgamma[i] += dy.get(i) * (x.get(i) - mean) * rstd;
+          dbeta[i] += dy.get(i);
+        }
       }
     }
   }
 }
 
-/// Sums `v` over threadIdx.y for each threadIdx.x (blockDim.x <= 32). Result valid in ty == 0.
-/// `smem` holds blockDim.x * blockDim.y floats. Every thread of the block must call it.
-__device__ __forceinline__ float sum_over_thread_rows(float v, float* smem) {
+/// Sums v[i] over threadIdx.y for each (threadIdx.x, i) (blockDim.x <= 32). Results valid in ty == 0.
+/// `smem` holds VEC * blockDim.x * blockDim.y floats. Every thread of the block must call it.
+template <int VEC>
+__device__ __forceinline__ void sum_over_thread_rows(float (&v)[VEC], float* smem) {
   const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
   __syncthreads();  // smem may still be read by a previous call
-  smem[ty * bx + tx] = v;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) smem[(i * by + ty) * bx + tx] = v[i];
   __syncthreads();
-  float total = 0.f;
-  if (ty == 0)
-    for (int y = 0; y < by; ++y) total += smem[y * bx + tx];  // fixed order
-  return total;
+  if (ty != 0) return;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    float total = 0.f;
+    for (int y = 0; y < by; ++y) total += smem[(i * by + y) * bx + tx];  // fixed order
+    v[i] = total;
+  }
+}
+
+/// Dynamic shared memory of a column-strip block (sum_over_thread_rows).
+inline std::size_t column_block_smem(const ColumnShape& c) {
+  return sizeof(float) * std::size_t(c.block_x) * std::size_t(c.block_y) * std::size_t(c.vec);
 }
 
 /// The partial reduce shared by two-pass (pass 2) and the fused backward's final step: partials
@@ -96,13 +114,15 @@ __global__ void __launch_bounds__(1024) reduce_partials_kernel(const BackwardPar
                      int(threadIdx.y), int(blockDim.y), smem);
 }
 
-/// Launches the partial reduce with the plan's column shape (two-pass pass 2, fused second launch).
+/// Launches the partial reduce (two-pass pass 2, fused second launch): one block per 32-column strip
+/// of N, columns.reduce_block_y thread rows each.
 template <typename T, typename W>
 void launch_reduce_partials(const BackwardParams<T, W>& params, const float* partials, std::int64_t partial_rows,
                             const ColumnShape& columns, cudaStream_t stream) {
   const dim3 block(unsigned(kWarpSize), unsigned(columns.reduce_block_y));
   const std::size_t smem = sizeof(float) * kWarpSize * std::size_t(columns.reduce_block_y);
-  reduce_partials_kernel<T, W><<<unsigned(columns.col_blocks), block, smem, stream>>>(params, partials, partial_rows);
+  const unsigned strips = unsigned((std::int64_t(params.cols) + kWarpSize - 1) / kWarpSize);
+  reduce_partials_kernel<T, W><<<strips, block, smem, stream>>>(params, partials, partial_rows);
   check_launch("reduce_partials_kernel");
 }
 

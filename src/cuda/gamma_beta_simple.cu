@@ -9,10 +9,10 @@ template <typename T, typename W, bool kRms>
 __global__ void gamma_beta_simple_kernel(const BackwardParams<T, W> p) {
   const int col = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
   if (col >= p.cols) return;
-  float dgamma = 0.f, dbeta = 0.f;
-  accumulate_column<T, W, kRms, 4>(p, col, 0, p.rows, 0, 1, dgamma, dbeta);
-  if (p.dweight != nullptr) p.dweight[col] = from_float<W>(dgamma);
-  if (p.dbias != nullptr) p.dbias[col] = from_float<W>(dbeta);
+  float dgamma[1], dbeta[1];
+  accumulate_columns<T, W, kRms, 4, 1>(p, col, 0, p.rows, 0, 1, dgamma, dbeta);
+  if (p.dweight != nullptr) p.dweight[col] = from_float<W>(dgamma[0]);
+  if (p.dbias != nullptr) p.dbias[col] = from_float<W>(dbeta[0]);
 }
 
 }  // namespace

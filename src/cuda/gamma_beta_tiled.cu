@@ -1,22 +1,25 @@
-// Strategy "tiled" (the seed's): one block per 32-column strip walks all M rows with block_y
-// thread rows, rows_per_thread of them unrolled per step (the band: Tile-8/64/128/256 chosen by M
-// in the planner), then reduces its thread rows in shared memory and writes the result directly.
+// Strategy "tiled" (the seed's): one block per column strip (32 lanes of vec columns each) walks all
+// M rows with block_y thread rows, rows_per_thread of them unrolled per step (the band:
+// Tile-8/64/128/256 chosen by M in the planner), then reduces its thread rows in shared memory and
+// writes the result directly.
 #include "cuda/column_reduce.cuh"
 
 namespace normkit::cuda {
 namespace {
 
-template <typename T, typename W, bool kRms, int RPT>
+template <typename T, typename W, bool kRms, int RPT, int VEC>
 __global__ void __launch_bounds__(1024) gamma_beta_tiled_kernel(const BackwardParams<T, W> p) {
-  extern __shared__ float smem[];  // blockDim.x * blockDim.y
-  const int col = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
-  float dgamma = 0.f, dbeta = 0.f;
-  accumulate_column<T, W, kRms, RPT>(p, col, 0, p.rows, int(threadIdx.y), int(blockDim.y), dgamma, dbeta);
-  dgamma = sum_over_thread_rows(dgamma, smem);
-  dbeta = sum_over_thread_rows(dbeta, smem);
-  if (threadIdx.y == 0 && col < p.cols) {
-    if (p.dweight != nullptr) p.dweight[col] = from_float<W>(dgamma);
-    if (p.dbias != nullptr) p.dbias[col] = from_float<W>(dbeta);
+  extern __shared__ float smem[];  // VEC * blockDim.x * blockDim.y
+  const int col = (int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x)) * VEC;
+  float dgamma[VEC], dbeta[VEC];
+  accumulate_columns<T, W, kRms, RPT, VEC>(p, col, 0, p.rows, int(threadIdx.y), int(blockDim.y), dgamma, dbeta);
+  sum_over_thread_rows<VEC>(dgamma, smem);
+  sum_over_thread_rows<VEC>(dbeta, smem);
+  if (threadIdx.y != 0 || col >= p.cols) return;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    if (p.dweight != nullptr) p.dweight[col + i] = from_float<W>(dgamma[i]);
+    if (p.dbias != nullptr) p.dbias[col + i] = from_float<W>(dbeta[i]);
   }
 }
 
@@ -27,19 +30,33 @@ void launch_gamma_beta_tiled(const BackwardProblem& p, const Plan& plan, cudaStr
   const BackwardParams<T, W> params = make_backward_params<T, W>(p, plan);
   const ColumnShape& c = plan.columns;
   const dim3 grid(unsigned(c.col_blocks)), block(unsigned(c.block_x), unsigned(c.block_y));
-  const std::size_t smem = sizeof(float) * std::size_t(c.block_x) * std::size_t(c.block_y);
-  auto launch = [&](auto rpt) {
+  const std::size_t smem = column_block_smem(c);
+  auto launch = [&](auto rpt, auto vec) {
     if (p.rms)
-      gamma_beta_tiled_kernel<T, W, true, rpt()><<<grid, block, smem, stream>>>(params);
+      gamma_beta_tiled_kernel<T, W, true, rpt(), vec()><<<grid, block, smem, stream>>>(params);
     else
-      gamma_beta_tiled_kernel<T, W, false, rpt()><<<grid, block, smem, stream>>>(params);
+      gamma_beta_tiled_kernel<T, W, false, rpt(), vec()><<<grid, block, smem, stream>>>(params);
   };
-  switch (c.rows_per_thread) {
-    case 1: launch(IntConst<1>{}); break;
-    case 4: launch(IntConst<4>{}); break;
-    case 8: launch(IntConst<8>{}); break;
-    default: throw CudaError("normkit: internal error: tiled has no instance for rows_per_thread = " +
-                             std::to_string(c.rows_per_thread));
+  constexpr int kVec = int(16 / sizeof(T));
+  const auto fail = [&] {
+    throw CudaError("normkit: internal error: tiled has no instance for rows_per_thread = " +
+                    std::to_string(c.rows_per_thread) + ", vec = " + std::to_string(c.vec));
+  };
+  if (c.vec == 1) {
+    switch (c.rows_per_thread) {
+      case 1: launch(IntConst<1>{}, IntConst<1>{}); break;
+      case 4: launch(IntConst<4>{}, IntConst<1>{}); break;
+      case 8: launch(IntConst<8>{}, IntConst<1>{}); break;
+      default: fail();
+    }
+  } else if (c.vec == kVec) {
+    switch (c.rows_per_thread) {
+      case 1: launch(IntConst<1>{}, IntConst<kVec>{}); break;
+      case 2: launch(IntConst<2>{}, IntConst<kVec>{}); break;
+      default: fail();
+    }
+  } else {
+    fail();
   }
   check_launch("gamma_beta_tiled_kernel");
 }

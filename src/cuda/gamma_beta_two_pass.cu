@@ -8,23 +8,30 @@
 namespace normkit::cuda {
 namespace {
 
-template <typename T, typename W, bool kRms, int RPT>
+template <typename T, typename W, bool kRms, int RPT, int VEC>
 __global__ void __launch_bounds__(1024)
     two_pass_partials_kernel(const BackwardParams<T, W> p, float* partials, std::int64_t parts, std::int64_t rows_per_part) {
-  extern __shared__ float smem[];
-  const int col = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+  extern __shared__ float smem[];  // VEC * blockDim.x * blockDim.y
+  const int col = (int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x)) * VEC;
   const std::int64_t part = blockIdx.y;
   const std::int64_t row_begin = part * rows_per_part;
   const std::int64_t row_end = row_begin + rows_per_part < p.rows ? row_begin + rows_per_part : p.rows;
-  float dgamma = 0.f, dbeta = 0.f;
-  accumulate_column<T, W, kRms, RPT>(p, col, row_begin, row_end, int(threadIdx.y), int(blockDim.y), dgamma, dbeta);
-  dgamma = sum_over_thread_rows(dgamma, smem);
-  dbeta = sum_over_thread_rows(dbeta, smem);
-  if (threadIdx.y == 0 && col < p.cols) {
-    int a = 0;
-    const std::int64_t array_size = parts * p.cols;
-    if (p.dweight != nullptr) partials[(a++) * array_size + part * p.cols + col] = dgamma;
-    if (p.dbias != nullptr) partials[a * array_size + part * p.cols + col] = dbeta;
+  float dgamma[VEC], dbeta[VEC];
+  accumulate_columns<T, W, kRms, RPT, VEC>(p, col, row_begin, row_end, int(threadIdx.y), int(blockDim.y), dgamma, dbeta);
+  sum_over_thread_rows<VEC>(dgamma, smem);
+  sum_over_thread_rows<VEC>(dbeta, smem);
+  if (threadIdx.y != 0 || col >= p.cols) return;
+  const std::int64_t array_size = parts * p.cols;
+  float* row = partials + part * p.cols + col;
+  int a = 0;
+  if (p.dweight != nullptr) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) row[i] = dgamma[i];
+    ++a;
+  }
+  if (p.dbias != nullptr) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) row[a * array_size + i] = dbeta[i];
   }
 }
 
@@ -35,18 +42,19 @@ void launch_gamma_beta_two_pass(const BackwardProblem& p, const Plan& plan, floa
   const BackwardParams<T, W> params = make_backward_params<T, W>(p, plan);
   const ColumnShape& c = plan.columns;
   const dim3 grid(unsigned(c.col_blocks), unsigned(c.row_parts)), block(unsigned(c.block_x), unsigned(c.block_y));
-  const std::size_t smem = sizeof(float) * std::size_t(c.block_x) * std::size_t(c.block_y);
-  auto launch = [&](auto rpt) {
+  const std::size_t smem = column_block_smem(c);
+  auto launch = [&](auto rpt, auto vec) {
     if (p.rms)
-      two_pass_partials_kernel<T, W, true, rpt()><<<grid, block, smem, stream>>>(params, partials, c.row_parts, c.rows_per_part);
+      two_pass_partials_kernel<T, W, true, rpt(), vec()><<<grid, block, smem, stream>>>(params, partials, c.row_parts, c.rows_per_part);
     else
-      two_pass_partials_kernel<T, W, false, rpt()><<<grid, block, smem, stream>>>(params, partials, c.row_parts, c.rows_per_part);
+      two_pass_partials_kernel<T, W, false, rpt(), vec()><<<grid, block, smem, stream>>>(params, partials, c.row_parts, c.rows_per_part);
   };
-  switch (c.rows_per_thread) {
-    case 4: launch(IntConst<4>{}); break;
-    default: throw CudaError("normkit: internal error: two-pass has no instance for rows_per_thread = " +
-                             std::to_string(c.rows_per_thread));
-  }
+  constexpr int kVec = int(16 / sizeof(T));
+  if (c.vec == 1 && c.rows_per_thread == 4) launch(IntConst<4>{}, IntConst<1>{});
+  else if (c.vec == kVec && c.rows_per_thread == 2) launch(IntConst<2>{}, IntConst<kVec>{});
+  else
+    throw CudaError("normkit: internal error: two-pass has no instance for rows_per_thread = " +
+                    std::to_string(c.rows_per_thread) + ", vec = " + std::to_string(c.vec));
   check_launch("two_pass_partials_kernel");
 
   launch_reduce_partials<T, W>(params, partials, c.row_parts, c, stream);

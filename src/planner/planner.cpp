@@ -121,29 +121,36 @@ bool fused_fits(const Problem& p, std::string* why) {
   return true;
 }
 
-ColumnShape tiled_shape(const Problem& p, const PlannerTable& t) {
+/// Column strips of the tiled and two-pass kernels: 32 lanes of `vec` columns each. Vectorised rows
+/// are read 16 bytes per lane (a warp reads 512 contiguous bytes of a row instead of 64 for bf16),
+/// with fewer rows unrolled per thread to stay within the 64 registers of a 1024-thread block.
+ColumnShape column_strips(const Problem& p) {
   ColumnShape c;
   c.block_x = kWarpSize;
-  c.col_blocks = ceil_div(std::max<std::int64_t>(p.cols, 1), c.block_x);
+  c.vec = vector_width(p);
+  c.col_blocks = ceil_div(std::max<std::int64_t>(p.cols, 1), c.columns_per_block());
+  return c;
+}
+
+ColumnShape tiled_shape(const Problem& p, const PlannerTable& t) {
+  ColumnShape c = column_strips(p);
   // The seed's bands: rows handled per block iteration grow with M so small M wastes no threads.
   if (p.rows < t.tile64_min_rows) {
     c.band = TileBand::Tile8;   c.block_y = 8;  c.rows_per_thread = 1;
   } else if (p.rows < t.tile128_min_rows) {
-    c.band = TileBand::Tile64;  c.block_y = 16; c.rows_per_thread = 4;
+    c.band = TileBand::Tile64;  c.block_y = 16; c.rows_per_thread = c.vec > 1 ? 2 : 4;
   } else if (p.rows < t.tile256_min_rows) {
-    c.band = TileBand::Tile128; c.block_y = 16; c.rows_per_thread = 8;
+    c.band = TileBand::Tile128; c.block_y = 16; c.rows_per_thread = c.vec > 1 ? 2 : 8;
   } else {
-    c.band = TileBand::Tile256; c.block_y = 32; c.rows_per_thread = 8;
+    c.band = TileBand::Tile256; c.block_y = 32; c.rows_per_thread = c.vec > 1 ? 2 : 8;
   }
   return c;
 }
 
 ColumnShape two_pass_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
-  ColumnShape c;
-  c.block_x = kWarpSize;
+  ColumnShape c = column_strips(p);
   c.block_y = 16;
-  c.rows_per_thread = 4;
-  c.col_blocks = ceil_div(std::max<std::int64_t>(p.cols, 1), c.block_x);
+  c.rows_per_thread = c.vec > 1 ? 2 : 4;
   // Enough row slices that column strips x slices fill the GPU, but never slices thinner than
   // two_pass_min_rows_per_part (the partial traffic would outgrow the input).
   const std::int64_t target_blocks = std::int64_t(device.sm_count) * t.two_pass_target_blocks_per_sm;
@@ -167,11 +174,13 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const bool fused_size = p.rows * p.cols >= t.fused_min_elements || p.rows >= t.fused_min_rows;
   const bool fused_layout = vector_width(p) > 1 || p.cols <= t.fused_unaligned_max_cols;
   if (t.fused_enabled && fused_size && fused_layout && fused_fits(p, nullptr)) return Strategy::Fused;
-  if (p.rows <= t.simple_max_rows || p.cols >= t.simple_min_cols) return Strategy::Simple;
-  // Tiled (one block per 32-column strip walking all M) is best while the strips alone fill the
+  // simple_min_cols was measured against scalar strips (one column per lane); vectorised strips read
+  // whole sectors themselves.
+  if (p.rows <= t.simple_max_rows || (p.cols >= t.simple_min_cols && column_strips(p).vec == 1)) return Strategy::Simple;
+  // Tiled (one block per column strip walking all M) is best while the strips alone fill the
   // GPU or M is too small to split; otherwise two-pass splits M so every SM has work (the seed's
   // "mixed" rule, which removes its chess board).
-  const std::int64_t strips = ceil_div(p.cols, kWarpSize);
+  const std::int64_t strips = column_strips(p).col_blocks;
   if (strips >= device.sm_count || p.rows < 2 * t.two_pass_min_rows_per_part) return Strategy::Tiled;
   return Strategy::TwoPass;
 }
@@ -285,6 +294,7 @@ std::string Plan::describe() const {
     os << strategy_name(strategy);
     if (strategy == Strategy::Tiled) os << " " << band_name(columns.band);
     if (strategy == Strategy::TwoPass) os << " parts=" << columns.row_parts;
+    if ((strategy == Strategy::Tiled || strategy == Strategy::TwoPass) && columns.vec > 1) os << " cols=vec" << columns.vec;
     if (strategy == Strategy::Fused) os << " blocks=" << row.blocks;
   }
   if (!is_backward(op) || mask.dx || strategy == Strategy::Fused) {

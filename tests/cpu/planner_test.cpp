@@ -101,11 +101,19 @@ TEST(Planner, TiledBandBoundaries) {
       {1, TileBand::Tile8},     {63, TileBand::Tile8},     {64, TileBand::Tile64},   {127, TileBand::Tile64},
       {128, TileBand::Tile128}, {255, TileBand::Tile128}, {256, TileBand::Tile256}, {1 << 20, TileBand::Tile256}};
   for (const auto& e : expected) {
-    const Plan plan = normkit::plan(backward(e.m, 1024), DeviceFacts::h200(), Strategy::Tiled);
+    // scalar strips (rows not vectorised): the seed's bands, 8 / 64 / 128 / 256 rows per block iteration
+    Problem scalar = backward(e.m, 1024);
+    scalar.rows_vector_aligned = false;
+    const Plan plan = normkit::plan(scalar, DeviceFacts::h200(), Strategy::Tiled);
     EXPECT_EQ(plan.columns.band, e.band) << "M = " << e.m;
     EXPECT_EQ(plan.columns.rows_per_iteration(),
               e.band == TileBand::Tile8 ? 8 : e.band == TileBand::Tile64 ? 64 : e.band == TileBand::Tile128 ? 128 : 256)
         << "M = " << e.m;
+    // vectorised strips: the same bands, at most 2 rows unrolled per thread (8 columns each)
+    const Plan vectorised = normkit::plan(backward(e.m, 1024), DeviceFacts::h200(), Strategy::Tiled);
+    EXPECT_EQ(vectorised.columns.band, e.band) << "M = " << e.m;
+    EXPECT_EQ(vectorised.columns.block_y, plan.columns.block_y) << "M = " << e.m;
+    EXPECT_LE(vectorised.columns.rows_per_thread, 2) << "M = " << e.m;
   }
 }
 
@@ -121,13 +129,13 @@ TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
   EXPECT_EQ(strategy(cut - 1, 1024), Strategy::Tiled);
   EXPECT_EQ(strategy(cut, 1024), Strategy::TwoPass);
   EXPECT_EQ(strategy(cut + 1, 1024), Strategy::TwoPass);
-  // ... unless the column strips alone fill the GPU
-  const std::int64_t wide = std::int64_t(h200.sm_count) * kWarpSize;
-  EXPECT_EQ(strategy(1 << 16, wide - kWarpSize), Strategy::TwoPass);
+  // ... unless the column strips (32 lanes of 8 fp16 columns) alone fill the GPU
+  const std::int64_t strip = kWarpSize * 8, wide = std::int64_t(h200.sm_count) * strip;
+  EXPECT_EQ(strategy(1 << 16, wide - strip), Strategy::TwoPass);
   EXPECT_EQ(strategy(1 << 16, wide), Strategy::Tiled);
 }
 
-// The sweep-measured rules (docs/NOTES.md, entry 9): very wide rows take simple, narrow rows with
+// The sweep-measured rules (docs/NOTES.md, entry 9): very wide scalar rows take simple, narrow rows with
 // huge M take fused, unaligned rows take fused only when tiny.
 TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
   const PlannerTable t;
@@ -135,9 +143,17 @@ TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
   auto strategy = [&](std::int64_t m, std::int64_t n, DType dt = DType::BF16) {
     return normkit::plan(backward(m, n, dt), h200, Strategy::Auto, t).strategy;
   };
-  EXPECT_EQ(strategy(64, t.simple_min_cols), Strategy::Simple);
-  EXPECT_EQ(strategy(4096, t.simple_min_cols), Strategy::Simple);
-  EXPECT_NE(strategy(64, t.simple_min_cols / 4), Strategy::Simple);
+  auto unaligned = [&](std::int64_t m, std::int64_t n) {
+    Problem p = backward(m, n, DType::BF16);
+    p.rows_vector_aligned = false;
+    return normkit::plan(p, h200, Strategy::Auto, t).strategy;
+  };
+  // wide scalar rows: simple; wide vectorised rows: the vectorised strips
+  EXPECT_EQ(unaligned(64, t.simple_min_cols), Strategy::Simple);
+  EXPECT_EQ(unaligned(4096, t.simple_min_cols), Strategy::Simple);
+  EXPECT_NE(unaligned(64, t.simple_min_cols / 4), Strategy::Simple);
+  EXPECT_NE(strategy(64, t.simple_min_cols), Strategy::Simple);
+  EXPECT_NE(strategy(4096, t.simple_min_cols), Strategy::Simple);
   EXPECT_EQ(strategy(7, 4096), Strategy::Tiled);  // simple only at M <= simple_max_rows
   EXPECT_EQ(strategy(1, 4096), Strategy::Simple);
   // narrow rows: fused from fused_min_rows rows although M * N < fused_min_elements
@@ -297,6 +313,32 @@ TEST(Planner, RowStagesOffForUnalignedRowsAndByTheTable) {
   small.smem_per_sm = small.smem_per_block_optin = 48 << 10;
   EXPECT_LT(normkit::plan(p, small, Strategy::Fused).row.stages, normkit::plan(p, DeviceFacts::h200(), Strategy::Fused).row.stages);
   EXPECT_LE(normkit::plan(p, small, Strategy::Fused).row.smem_bytes, 47 << 10);
+}
+
+TEST(Planner, ColumnStripsReadSixteenBytesPerLaneWhenRowsAreVectorised) {
+  Problem p;
+  p.op = Op::LayerNormBackward;
+  p.rows = 2048;
+  p.cols = 65536;
+  p.dtype = p.weight_dtype = DType::BF16;
+  for (Strategy s : {Strategy::Tiled, Strategy::TwoPass}) {
+    const Plan vectorised = normkit::plan(p, DeviceFacts::h200(), s);
+    EXPECT_EQ(vectorised.columns.vec, 8) << vectorised.describe();
+    EXPECT_EQ(vectorised.columns.col_blocks, 65536 / (32 * 8)) << vectorised.describe();
+    EXPECT_LE(vectorised.columns.rows_per_thread, 2) << "64 registers of a 1024-thread block";
+    Problem unaligned = p;
+    unaligned.rows_vector_aligned = false;
+    const Plan scalar = normkit::plan(unaligned, DeviceFacts::h200(), s);
+    EXPECT_EQ(scalar.columns.vec, 1) << scalar.describe();
+    EXPECT_EQ(scalar.columns.col_blocks, 65536 / 32) << scalar.describe();
+  }
+  // two-pass splits M into more parts when the vectorised strips are fewer
+  const Plan two_pass = normkit::plan(p, DeviceFacts::h200(), Strategy::TwoPass);
+  EXPECT_GE(two_pass.columns.col_blocks * two_pass.columns.row_parts, DeviceFacts::h200().sm_count);
+  EXPECT_EQ(two_pass.workspace_bytes, std::size_t(two_pass.columns.row_parts) * 65536 * 2 * sizeof(float));
+  // float32 rows: 4 columns per lane
+  p.dtype = p.weight_dtype = DType::F32;
+  EXPECT_EQ(normkit::plan(p, DeviceFacts::h200(), Strategy::Tiled).columns.vec, 4);
 }
 
 TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
