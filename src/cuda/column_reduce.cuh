@@ -38,21 +38,24 @@ __device__ __forceinline__ void accumulate_columns(const BackwardParams<T, W>& p
   }
 }
 
-/// Sums v[i] over threadIdx.y for each (threadIdx.x, i) (blockDim.x <= 32). Results valid in ty == 0.
-/// `smem` holds VEC * blockDim.x * blockDim.y floats. Every thread of the block must call it.
-template <int VEC>
-__device__ __forceinline__ void sum_over_thread_rows(float (&v)[VEC], float* smem) {
+/// Sums v[i] over threadIdx.y for each of the strip's blockDim.x * VEC columns (lane tx holds
+/// columns tx * VEC + i) and calls emit(column_in_strip, total) once per column. The sums are
+/// spread over the block's threads, one column each (blockDim.y >= VEC, so one pass): a single
+/// thread row summing all VEC columns serially was slower than the simple kernel at M = 7 (sweep
+/// at aa03ba5). Fixed order: same bits every run. `smem` holds VEC * blockDim.x * blockDim.y floats;
+/// every thread of the block must call it.
+template <int VEC, typename Emit>
+__device__ __forceinline__ void sum_over_thread_rows(const float (&v)[VEC], float* smem, Emit&& emit) {
   const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
   __syncthreads();  // smem may still be read by a previous call
 #pragma unroll
   for (int i = 0; i < VEC; ++i) smem[(i * by + ty) * bx + tx] = v[i];
   __syncthreads();
-  if (ty != 0) return;
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) {
+  for (int slot = ty * bx + tx; slot < bx * VEC; slot += bx * by) {
+    const int lane = slot % bx, i = slot / bx;
     float total = 0.f;
-    for (int y = 0; y < by; ++y) total += smem[(i * by + y) * bx + tx];  // fixed order
-    v[i] = total;
+    for (int y = 0; y < by; ++y) total += smem[(i * by + y) * bx + lane];  // fixed order
+    emit(lane * VEC + i, total);
   }
 }
 

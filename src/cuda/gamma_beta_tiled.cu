@@ -10,17 +10,18 @@ namespace {
 template <typename T, typename W, bool kRms, int RPT, int VEC>
 __global__ void __launch_bounds__(1024) gamma_beta_tiled_kernel(const BackwardParams<T, W> p) {
   extern __shared__ float smem[];  // VEC * blockDim.x * blockDim.y
-  const int col = (int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x)) * VEC;
+  const int strip = int(blockIdx.x) * int(blockDim.x) * VEC;
+  const int col = strip + int(threadIdx.x) * VEC;
   float dgamma[VEC], dbeta[VEC];
   accumulate_columns<T, W, kRms, RPT, VEC>(p, col, 0, p.rows, int(threadIdx.y), int(blockDim.y), dgamma, dbeta);
-  sum_over_thread_rows<VEC>(dgamma, smem);
-  sum_over_thread_rows<VEC>(dbeta, smem);
-  if (threadIdx.y != 0 || col >= p.cols) return;
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) {
-    if (p.dweight != nullptr) p.dweight[col + i] = from_float<W>(dgamma[i]);
-    if (p.dbias != nullptr) p.dbias[col + i] = from_float<W>(dbeta[i]);
-  }
+  if (p.dweight != nullptr)
+    sum_over_thread_rows<VEC>(dgamma, smem, [&](int c, float total) {
+      if (strip + c < p.cols) p.dweight[strip + c] = from_float<W>(total);
+    });
+  if (p.dbias != nullptr)
+    sum_over_thread_rows<VEC>(dbeta, smem, [&](int c, float total) {
+      if (strip + c < p.cols) p.dbias[strip + c] = from_float<W>(total);
+    });
 }
 
 }  // namespace

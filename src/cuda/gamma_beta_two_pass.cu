@@ -12,27 +12,26 @@ template <typename T, typename W, bool kRms, int RPT, int VEC>
 __global__ void __launch_bounds__(1024)
     two_pass_partials_kernel(const BackwardParams<T, W> p, float* partials, std::int64_t parts, std::int64_t rows_per_part) {
   extern __shared__ float smem[];  // VEC * blockDim.x * blockDim.y
-  const int col = (int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x)) * VEC;
+  const int strip = int(blockIdx.x) * int(blockDim.x) * VEC;
+  const int col = strip + int(threadIdx.x) * VEC;
   const std::int64_t part = blockIdx.y;
   const std::int64_t row_begin = part * rows_per_part;
   const std::int64_t row_end = row_begin + rows_per_part < p.rows ? row_begin + rows_per_part : p.rows;
   float dgamma[VEC], dbeta[VEC];
   accumulate_columns<T, W, kRms, RPT, VEC>(p, col, row_begin, row_end, int(threadIdx.y), int(blockDim.y), dgamma, dbeta);
-  sum_over_thread_rows<VEC>(dgamma, smem);
-  sum_over_thread_rows<VEC>(dbeta, smem);
-  if (threadIdx.y != 0 || col >= p.cols) return;
+  // partial arrays in gamma_beta_outputs order: dweight (when requested), then dbias
+  float* row = partials + part * p.cols + strip;
   const std::int64_t array_size = parts * p.cols;
-  float* row = partials + part * p.cols + col;
-  int a = 0;
   if (p.dweight != nullptr) {
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) row[i] = dgamma[i];
-    ++a;
+    sum_over_thread_rows<VEC>(dgamma, smem, [&](int c, float total) {
+      if (strip + c < p.cols) row[c] = total;
+    });
+    row += array_size;
   }
-  if (p.dbias != nullptr) {
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) row[a * array_size + i] = dbeta[i];
-  }
+  if (p.dbias != nullptr)
+    sum_over_thread_rows<VEC>(dbeta, smem, [&](int c, float total) {
+      if (strip + c < p.cols) row[c] = total;
+    });
 }
 
 }  // namespace
