@@ -120,16 +120,13 @@ struct PlannerTable {
   bool fused_enabled = true;
   /// ... and only from this many elements (M x N) on: below it dX + tiled/two-pass were faster on the
   /// H200 (seed cases at c87b6ca, graph replay: 1024 x 768 unfused 10.6 us vs fused 11.5 us; 4096 x
-  /// 1024 unfused 26.0 us vs fused 21.6 us). With the default table the rows rules below decide
-  /// first for every shape the fused layout fits; kept for tables measured on other GPUs.
+  /// 1024 unfused 26.0 us vs fused 21.6 us). Only when dX is requested: without dX the unfused
+  /// strategies read x and dy once too, and the vectorised two-pass beat fused 1.03-1.28x at
+  /// M = 1024..4097, N = 768..1024 (bf16 sweep at 3adcbae, docs/NOTES.md entry 12).
   std::int64_t fused_min_elements = 2 << 20;
   /// ... or from this many rows on, whatever N: narrow rows with huge M (sweep: N = 1 and 64 at
   /// M >= 16384, fused 1.8-4.9x faster than two-pass; at M = 4097 they tie).
   std::int64_t fused_min_rows = 16384;
-  /// ... or, for 16-byte vectorised rows, from this many rows on: the bf16 sweep at aa03ba5 had
-  /// fused 0.54-0.84x of the best unfused time at M = 255 for N = 64, 768 and 1024 (ties to 0.66x at
-  /// M = 1024 and 4097), where dX + tiled / two-pass cost two launches and a second read.
-  std::int64_t fused_vectorized_min_rows = 255;
   /// Rows that are not 16-byte vectorised take fused only up to this N (one thread's worth): the
   /// scalar fused path lost 2x to two-pass at N = 255 (M >= 16384) and won 2-5x at N = 1.
   std::int64_t fused_unaligned_max_cols = 32;

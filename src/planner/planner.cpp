@@ -171,8 +171,8 @@ std::size_t partial_bytes(std::int64_t partial_rows, const Problem& p) {
 }
 
 Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
-  const bool fused_size = p.rows * p.cols >= t.fused_min_elements || p.rows >= t.fused_min_rows ||
-                          (vector_width(p) > 1 && p.rows >= t.fused_vectorized_min_rows);
+  // With dX, fused saves the unfused second read of x and dy; without it, only launches.
+  const bool fused_size = (p.mask.dx && p.rows * p.cols >= t.fused_min_elements) || p.rows >= t.fused_min_rows;
   const bool fused_layout = vector_width(p) > 1 || p.cols <= t.fused_unaligned_max_cols;
   if (t.fused_enabled && fused_size && fused_layout && fused_fits(p, nullptr)) return Strategy::Fused;
   // simple_min_cols was measured against scalar strips (one column per lane); vectorised strips read
@@ -318,7 +318,7 @@ std::string format_planner_table(const PlannerTable& t) {
      << "fused_min_elements = " << t.fused_min_elements << "\n"
      << "fused_min_rows = " << t.fused_min_rows << "\n"
      << "fused_unaligned_max_cols = " << t.fused_unaligned_max_cols << "\n"
-     << "fused_vectorized_min_rows = " << t.fused_vectorized_min_rows << "\n"
+
      << "simple_min_cols = " << t.simple_min_cols << "\n"
      << "fused_min_rows_per_block = " << t.fused_min_rows_per_block << "\n"
      << "fused_single_launch = " << (t.fused_single_launch ? 1 : 0) << "\n"
@@ -369,7 +369,6 @@ PlannerTable load_planner_table(const std::string& path) {
     else if (key == "fused_min_elements") t.fused_min_elements = v;
     else if (key == "fused_min_rows") t.fused_min_rows = v;
     else if (key == "fused_unaligned_max_cols") t.fused_unaligned_max_cols = v;
-    else if (key == "fused_vectorized_min_rows") t.fused_vectorized_min_rows = v;
     else if (key == "simple_min_cols") t.simple_min_cols = v;
     else if (key == "fused_single_launch") t.fused_single_launch = v != 0;
     else if (key == "fused_min_rows_per_block") t.fused_min_rows_per_block = std::max<long long>(v, 1);

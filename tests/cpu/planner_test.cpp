@@ -81,8 +81,7 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
   for (const SeedCase& c : kSeedCases) {
     const Problem p = backward(c.m, c.n, c.dtype, {true, true, !c.rms}, c.rms);
     const Plan plan = normkit::plan(p, DeviceFacts::h200());
-    const bool vectorised = (c.n * std::int64_t(dtype_size(c.dtype))) % 16 == 0;
-    if (c.m * c.n >= t.fused_min_elements || (vectorised && c.m >= t.fused_vectorized_min_rows)) {
+    if (c.m * c.n >= t.fused_min_elements || c.m >= t.fused_min_rows) {
       EXPECT_EQ(plan.strategy, Strategy::Fused) << c.name;
       EXPECT_GE(plan.row.blocks, 1) << c.name;
       EXPECT_LE(plan.row.blocks, DeviceFacts::h200().sm_count * kFusedBlocksPerSm) << c.name;
@@ -90,14 +89,14 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
       EXPECT_EQ(plan.strategy, normkit::plan(p, DeviceFacts::h200(), Strategy::Auto, unfused).strategy) << c.name;
     }
   }
-  // the elements boundary itself (with the rows rule for vectorised rows out of the way: in the
-  // default table it decides first)
-  PlannerTable by_elements = t;
-  by_elements.fused_vectorized_min_rows = std::int64_t(1) << 40;
+  // the boundary itself
   const std::int64_t n = 1024, m = t.fused_min_elements / n;
-  EXPECT_EQ(normkit::plan(backward(m, n, DType::F16, {true, true, true}), DeviceFacts::h200(), Strategy::Auto, by_elements).strategy,
+  EXPECT_EQ(normkit::plan(backward(m, n, DType::F16, {true, true, true}), DeviceFacts::h200()).strategy, Strategy::Fused);
+  EXPECT_NE(normkit::plan(backward(m - 1, n, DType::F16, {true, true, true}), DeviceFacts::h200()).strategy,
             Strategy::Fused);
-  EXPECT_NE(normkit::plan(backward(m - 1, n, DType::F16, {true, true, true}), DeviceFacts::h200(), Strategy::Auto, by_elements).strategy,
+  // without dX the elements rule does not apply (only fused_min_rows does)
+  EXPECT_NE(normkit::plan(backward(m, n, DType::F16, {false, true, true}), DeviceFacts::h200()).strategy, Strategy::Fused);
+  EXPECT_EQ(normkit::plan(backward(t.fused_min_rows, n, DType::F16, {false, true, true}), DeviceFacts::h200()).strategy,
             Strategy::Fused);
 }
 
@@ -166,10 +165,6 @@ TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
   EXPECT_EQ(strategy(t.fused_min_rows, 64), Strategy::Fused);
   EXPECT_EQ(strategy(t.fused_min_rows, 1), Strategy::Fused);     // N = 1: scalar, fits one thread
   EXPECT_NE(strategy(t.fused_min_rows - 1, 1), Strategy::Fused);
-  // vectorised rows: fused from fused_vectorized_min_rows rows (scalar rows of the same size: not)
-  EXPECT_EQ(strategy(t.fused_vectorized_min_rows, 768), Strategy::Fused);
-  EXPECT_NE(strategy(t.fused_vectorized_min_rows - 1, 768), Strategy::Fused);
-  EXPECT_NE(strategy(t.fused_vectorized_min_rows, 765), Strategy::Fused);
   // N = 1 rows are not 16-byte vectorised but fit one thread: fused; N = 255 (scalar, wide group): not
   EXPECT_EQ(strategy(1 << 20, 1), Strategy::Fused);
   EXPECT_NE(strategy(1 << 20, 255), Strategy::Fused);
@@ -360,7 +355,6 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.fused_min_elements = 12345;
   t.fused_min_rows = 777;
   t.fused_unaligned_max_cols = 5;
-  t.fused_vectorized_min_rows = 300;
   t.simple_min_cols = 99999;
   t.row_block_threads = 512;
   t.row_pipeline_stages = 3;
