@@ -120,13 +120,16 @@ struct PlannerTable {
   bool fused_enabled = true;
   /// ... and only from this many elements (M x N) on: below it dX + tiled/two-pass were faster on the
   /// H200 (seed cases at c87b6ca, graph replay: 1024 x 768 unfused 10.6 us vs fused 11.5 us; 4096 x
-  /// 1024 unfused 26.0 us vs fused 21.6 us). Only when dX is requested: without dX the unfused
-  /// strategies read x and dy once too, and the vectorised two-pass beat fused 1.03-1.28x at
-  /// M = 1024..4097, N = 768..1024 (bf16 sweep at 3adcbae, docs/NOTES.md entry 12).
+  /// 1024 unfused 26.0 us vs fused 21.6 us). Only when dX is requested (see fused_gb_min_rows).
   std::int64_t fused_min_elements = 2 << 20;
   /// ... or from this many rows on, whatever N: narrow rows with huge M (sweep: N = 1 and 64 at
   /// M >= 16384, fused 1.8-4.9x faster than two-pass; at M = 4097 they tie).
   std::int64_t fused_min_rows = 16384;
+  /// Without dX (gamma/beta only) the unfused strategies read x and dy once too, so fused is chosen
+  /// by rows alone, from this many on (3adcbae, graph replay): the vectorised two-pass beat fused
+  /// 1.03-1.28x at M = 1024..4097, N = 768..1024 (bf16 sweep) and 4096 x 1024 (11.7 vs 14.0 us);
+  /// fused won at 8192 x 768 (16.5 vs 19.2 us, seed gpt2_style) and at M >= 16384 (0.50-0.94x).
+  std::int64_t fused_gb_min_rows = 8192;
   /// Rows that are not 16-byte vectorised take fused only up to this N (one thread's worth): the
   /// scalar fused path lost 2x to two-pass at N = 255 (M >= 16384) and won 2-5x at N = 1.
   std::int64_t fused_unaligned_max_cols = 32;

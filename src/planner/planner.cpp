@@ -172,7 +172,8 @@ std::size_t partial_bytes(std::int64_t partial_rows, const Problem& p) {
 
 Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   // With dX, fused saves the unfused second read of x and dy; without it, only launches.
-  const bool fused_size = (p.mask.dx && p.rows * p.cols >= t.fused_min_elements) || p.rows >= t.fused_min_rows;
+  const bool fused_size = p.mask.dx ? (p.rows * p.cols >= t.fused_min_elements || p.rows >= t.fused_min_rows)
+                                    : p.rows >= t.fused_gb_min_rows;
   const bool fused_layout = vector_width(p) > 1 || p.cols <= t.fused_unaligned_max_cols;
   if (t.fused_enabled && fused_size && fused_layout && fused_fits(p, nullptr)) return Strategy::Fused;
   // simple_min_cols was measured against scalar strips (one column per lane); vectorised strips read
@@ -317,6 +318,7 @@ std::string format_planner_table(const PlannerTable& t) {
      << "fused_enabled = " << (t.fused_enabled ? 1 : 0) << "\n"
      << "fused_min_elements = " << t.fused_min_elements << "\n"
      << "fused_min_rows = " << t.fused_min_rows << "\n"
+     << "fused_gb_min_rows = " << t.fused_gb_min_rows << "\n"
      << "fused_unaligned_max_cols = " << t.fused_unaligned_max_cols << "\n"
 
      << "simple_min_cols = " << t.simple_min_cols << "\n"
@@ -368,6 +370,7 @@ PlannerTable load_planner_table(const std::string& path) {
     else if (key == "fused_enabled") t.fused_enabled = v != 0;
     else if (key == "fused_min_elements") t.fused_min_elements = v;
     else if (key == "fused_min_rows") t.fused_min_rows = v;
+    else if (key == "fused_gb_min_rows") t.fused_gb_min_rows = v;
     else if (key == "fused_unaligned_max_cols") t.fused_unaligned_max_cols = v;
     else if (key == "simple_min_cols") t.simple_min_cols = v;
     else if (key == "fused_single_launch") t.fused_single_launch = v != 0;

@@ -94,9 +94,12 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
   EXPECT_EQ(normkit::plan(backward(m, n, DType::F16, {true, true, true}), DeviceFacts::h200()).strategy, Strategy::Fused);
   EXPECT_NE(normkit::plan(backward(m - 1, n, DType::F16, {true, true, true}), DeviceFacts::h200()).strategy,
             Strategy::Fused);
-  // without dX the elements rule does not apply (only fused_min_rows does)
+  // without dX: by rows alone, from fused_gb_min_rows
+  ASSERT_LT(m, t.fused_gb_min_rows);
   EXPECT_NE(normkit::plan(backward(m, n, DType::F16, {false, true, true}), DeviceFacts::h200()).strategy, Strategy::Fused);
-  EXPECT_EQ(normkit::plan(backward(t.fused_min_rows, n, DType::F16, {false, true, true}), DeviceFacts::h200()).strategy,
+  EXPECT_EQ(normkit::plan(backward(t.fused_gb_min_rows, n, DType::F16, {false, true, true}), DeviceFacts::h200()).strategy,
+            Strategy::Fused);
+  EXPECT_NE(normkit::plan(backward(t.fused_gb_min_rows - 1, n, DType::F16, {false, true, true}), DeviceFacts::h200()).strategy,
             Strategy::Fused);
 }
 
@@ -144,8 +147,8 @@ TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
 TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
   const PlannerTable t;
   const DeviceFacts h200 = DeviceFacts::h200();
-  auto strategy = [&](std::int64_t m, std::int64_t n, DType dt = DType::BF16) {
-    return normkit::plan(backward(m, n, dt), h200, Strategy::Auto, t).strategy;
+  auto strategy = [&](std::int64_t m, std::int64_t n, DType dt = DType::BF16) {  // full backward (dX too)
+    return normkit::plan(backward(m, n, dt, {true, true, true}), h200, Strategy::Auto, t).strategy;
   };
   auto unaligned = [&](std::int64_t m, std::int64_t n) {
     Problem p = backward(m, n, DType::BF16);
@@ -354,6 +357,7 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.fused_single_launch = true;
   t.fused_min_elements = 12345;
   t.fused_min_rows = 777;
+  t.fused_gb_min_rows = 555;
   t.fused_unaligned_max_cols = 5;
   t.simple_min_cols = 99999;
   t.row_block_threads = 512;
