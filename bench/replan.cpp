@@ -5,7 +5,9 @@
 // A sweep (normkit-bench --sweep --csv) times every forced strategy and auto at each (op, M, N,
 // dtype). auto runs exactly the plan of the strategy it picks (plan() resolves Auto first and then
 // builds the same plan as when that strategy is forced), so the time of a planner change on a cell
-// is the measured forced time of its new choice. This tool re-plans every cell with the planner
+// is the measured forced time of its new choice -- as long as the plan of that strategy (its launch
+// shape) is the one the sweep timed: the last column shows this planner's full plan, so a cell whose
+// shape changed (e.g. scalar instead of vectorised column strips) can be told apart. This tool re-plans every cell with the planner
 // built into it (or a --table), and reports auto / best forced over the sweep from those forced
 // times: a way to evaluate planner rules against measurements without a GPU. It is a derivation
 // from the sweep, not a measurement of auto, and says so in its output; the sweep's own auto column
@@ -128,7 +130,7 @@ int main(int argc, char** argv) {
 
   struct Row {
     double ratio, recorded_ratio;
-    std::string cell, choice, best, recorded_plan;
+    std::string cell, choice, plan, best, recorded_plan;
     double us, best_us;
   };
   std::vector<Row> rows;
@@ -138,7 +140,8 @@ int main(int argc, char** argv) {
     normkit::DType t, w;
     normkit::Problem p;
     if (c.forced.empty() || !parse_dtype(dtype, t) || !parse_dtype(wdtype, w) || !problem_of(op, m, n, t, w, p)) continue;
-    const std::string choice = normkit::strategy_name(normkit::plan(p, device, normkit::Strategy::Auto, table).strategy);
+    const normkit::Plan planned = normkit::plan(p, device, normkit::Strategy::Auto, table);
+    const std::string choice = normkit::strategy_name(planned.strategy);
     const auto chosen = c.forced.find(choice);
     if (chosen == c.forced.end()) {
       std::cerr << "normkit-replan: " << op << " " << m << "x" << n << ": the planner picks " << choice
@@ -150,7 +153,7 @@ int main(int argc, char** argv) {
     std::ostringstream name;
     name << op << " " << dtype << " " << mode << " M=" << m << " N=" << n;
     rows.push_back({chosen->second / best->second, c.recorded_auto > 0 ? c.recorded_auto / best->second : 0,
-                    name.str(), choice, best->first, c.recorded_plan, chosen->second, best->second});
+                    name.str(), choice, planned.describe(), best->first, c.recorded_plan, chosen->second, best->second});
   }
   if (rows.empty()) { std::cerr << "normkit-replan: no backward cells with forced strategies in '" << csv << "'\n"; return 1; }
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.ratio > b.ratio; });
@@ -163,14 +166,14 @@ int main(int argc, char** argv) {
                "planner picks (auto runs that same plan). The sweep's own auto column is shown beside it.\n\n"
             << "- cells: " << rows.size() << " | auto within 3% of the best forced: " << within
             << " | planner choice differs from the sweep's auto: " << changed << "\n\n"
-            << "| rank | cell | replanned auto / best | planner choice | µs | best forced | best µs | sweep's auto / best | sweep's auto plan |\n"
-            << "|---|---|---|---|---|---|---|---|---|\n"
+            << "| rank | cell | replanned auto / best | planner choice | µs | best forced | best µs | sweep's auto / best | sweep's auto plan | this planner's plan |\n"
+            << "|---|---|---|---|---|---|---|---|---|---|\n"
             << std::fixed;
   for (int i = 0; i < top && i < int(rows.size()); ++i) {
     const Row& r = rows[i];
     std::cout << "| " << i + 1 << " | " << r.cell << " | " << std::setprecision(3) << r.ratio << " | " << r.choice
               << " | " << std::setprecision(2) << r.us << " | " << r.best << " | " << r.best_us << " | "
-              << std::setprecision(3) << r.recorded_ratio << " | " << r.recorded_plan << " |\n";
+              << std::setprecision(3) << r.recorded_ratio << " | " << r.recorded_plan << " | " << r.plan << " |\n";
   }
   return 0;
 }

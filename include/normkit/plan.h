@@ -137,6 +137,15 @@ struct PlannerTable {
   /// grid-wide sync + final reduce in one cooperative launch (else a second launch). Off: on the H200
   /// the cooperative launch cost ~16 us (docs/NOTES.md, entry 2).
   bool fused_single_launch = false;
+  // column strips (tiled, two-pass): 16 bytes per lane on vectorised rows, where measured faster
+  /// Vectorised strips from this N on (both strategies). bf16, graph: at N = 65536 / 262144 tiled
+  /// 2-2.3x faster than scalar strips at every M; at N = 16384 1.6x at M = 1024..4097 and 4-7 %
+  /// slower at M <= 255; at N <= 1024 slower at every M (3-4 strips: 1.2-1.3x), sweeps at 57bda28
+  /// (scalar) and 3adcbae (vectorised), docs/NOTES.md entry 15.
+  std::int64_t column_vec_min_cols = 16384;
+  /// ... and for two-pass also from this many rows on, whatever N: its row parts restore the grid
+  /// (N = 768..1024: 1.07-3x faster from M = 4097, 1.03-1.1x slower at M <= 1024; same sweeps).
+  std::int64_t column_vec_two_pass_min_rows = 4096;
   // row kernels
   int row_items_target = 4;                  ///< vectors per thread aimed for when sizing a group
   int row_block_threads = 256;               ///< threads per block when several rows share a block (power of 2)

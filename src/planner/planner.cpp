@@ -121,19 +121,25 @@ bool fused_fits(const Problem& p, std::string* why) {
   return true;
 }
 
-/// Column strips of the tiled and two-pass kernels: 32 lanes of `vec` columns each. Vectorised rows
-/// are read 16 bytes per lane (a warp reads 512 contiguous bytes of a row instead of 64 for bf16),
-/// with fewer rows unrolled per thread to stay within the 64 registers of a 1024-thread block.
-ColumnShape column_strips(const Problem& p) {
+/// Column strips of the tiled and two-pass kernels: 32 lanes of `vec` columns each. Vectorised
+/// strips read 16 bytes per lane (a warp reads 512 contiguous bytes of a row instead of 64 for
+/// bf16) but make vec times fewer strips, so they are used only where the sweeps measured them
+/// faster (PlannerTable::column_vec_min_cols, column_vec_two_pass_min_rows); every lane of a strip
+/// must have columns (N >= 32 * vec). Vectorised lanes unroll fewer rows (2) to stay within the 64
+/// registers of a 1024-thread block.
+ColumnShape column_strips(const Problem& p, const PlannerTable& t, bool two_pass) {
   ColumnShape c;
   c.block_x = kWarpSize;
-  c.vec = vector_width(p);
+  const int width = vector_width(p);
+  const bool wide = p.cols >= t.column_vec_min_cols;
+  const bool split_tall = two_pass && p.rows >= t.column_vec_two_pass_min_rows;
+  c.vec = width > 1 && p.cols >= std::int64_t(kWarpSize) * width && (wide || split_tall) ? width : 1;
   c.col_blocks = ceil_div(std::max<std::int64_t>(p.cols, 1), c.columns_per_block());
   return c;
 }
 
 ColumnShape tiled_shape(const Problem& p, const PlannerTable& t) {
-  ColumnShape c = column_strips(p);
+  ColumnShape c = column_strips(p, t, false);
   // The seed's bands: rows handled per block iteration grow with M so small M wastes no threads.
   if (p.rows < t.tile64_min_rows) {
     c.band = TileBand::Tile8;   c.block_y = 8;  c.rows_per_thread = 1;
@@ -148,7 +154,7 @@ ColumnShape tiled_shape(const Problem& p, const PlannerTable& t) {
 }
 
 ColumnShape two_pass_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
-  ColumnShape c = column_strips(p);
+  ColumnShape c = column_strips(p, t, true);
   c.block_y = 16;
   c.rows_per_thread = c.vec > 1 ? 2 : 4;
   // Enough row slices that column strips x slices fill the GPU, but never slices thinner than
@@ -178,11 +184,11 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   if (t.fused_enabled && fused_size && fused_layout && fused_fits(p, nullptr)) return Strategy::Fused;
   // simple_min_cols was measured against scalar strips (one column per lane); vectorised strips read
   // whole sectors themselves.
-  if (p.rows <= t.simple_max_rows || (p.cols >= t.simple_min_cols && column_strips(p).vec == 1)) return Strategy::Simple;
+  if (p.rows <= t.simple_max_rows || (p.cols >= t.simple_min_cols && column_strips(p, t, false).vec == 1)) return Strategy::Simple;
   // Tiled (one block per column strip walking all M) is best while the strips alone fill the
   // GPU or M is too small to split; otherwise two-pass splits M so every SM has work (the seed's
   // "mixed" rule, which removes its chess board).
-  const std::int64_t strips = column_strips(p).col_blocks;
+  const std::int64_t strips = column_strips(p, t, false).col_blocks;
   if (strips >= device.sm_count || p.rows < 2 * t.two_pass_min_rows_per_part) return Strategy::Tiled;
   return Strategy::TwoPass;
 }
@@ -324,6 +330,8 @@ std::string format_planner_table(const PlannerTable& t) {
      << "simple_min_cols = " << t.simple_min_cols << "\n"
      << "fused_min_rows_per_block = " << t.fused_min_rows_per_block << "\n"
      << "fused_single_launch = " << (t.fused_single_launch ? 1 : 0) << "\n"
+     << "column_vec_min_cols = " << t.column_vec_min_cols << "\n"
+     << "column_vec_two_pass_min_rows = " << t.column_vec_two_pass_min_rows << "\n"
      << "row_items_target = " << t.row_items_target << "\n"
      << "row_block_threads = " << t.row_block_threads << "\n"
      << "row_blocks_per_sm = " << t.row_blocks_per_sm << "\n"
@@ -375,6 +383,8 @@ PlannerTable load_planner_table(const std::string& path) {
     else if (key == "simple_min_cols") t.simple_min_cols = v;
     else if (key == "fused_single_launch") t.fused_single_launch = v != 0;
     else if (key == "fused_min_rows_per_block") t.fused_min_rows_per_block = std::max<long long>(v, 1);
+    else if (key == "column_vec_min_cols") t.column_vec_min_cols = v;
+    else if (key == "column_vec_two_pass_min_rows") t.column_vec_two_pass_min_rows = v;
     else if (key == "row_items_target") t.row_items_target = int(std::clamp<long long>(v, 1, kMaxRowItems));
     else if (key == "row_block_threads") {
       if (v < 32 || v > 1024 || (v & (v - 1))) fail("row_block_threads must be a power of two in [32, 1024]");

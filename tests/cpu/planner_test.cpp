@@ -116,8 +116,9 @@ TEST(Planner, TiledBandBoundaries) {
     EXPECT_EQ(plan.columns.rows_per_iteration(),
               e.band == TileBand::Tile8 ? 8 : e.band == TileBand::Tile64 ? 64 : e.band == TileBand::Tile128 ? 128 : 256)
         << "M = " << e.m;
-    // vectorised strips: the same bands, at most 2 rows unrolled per thread (8 columns each)
-    const Plan vectorised = normkit::plan(backward(e.m, 1024), DeviceFacts::h200(), Strategy::Tiled);
+    // vectorised strips (wide rows): the same bands, at most 2 rows unrolled per thread (8 columns each)
+    const Plan vectorised = normkit::plan(backward(e.m, 65536), DeviceFacts::h200(), Strategy::Tiled);
+    ASSERT_EQ(vectorised.columns.vec, 8) << "M = " << e.m;
     EXPECT_EQ(vectorised.columns.band, e.band) << "M = " << e.m;
     EXPECT_EQ(vectorised.columns.block_y, plan.columns.block_y) << "M = " << e.m;
     EXPECT_LE(vectorised.columns.rows_per_thread, 2) << "M = " << e.m;
@@ -349,6 +350,26 @@ TEST(Planner, ColumnStripsReadSixteenBytesPerLaneWhenRowsAreVectorised) {
   EXPECT_EQ(normkit::plan(p, DeviceFacts::h200(), Strategy::Tiled).columns.vec, 4);
 }
 
+TEST(Planner, ColumnStripsAreVectorisedOnlyWhereMeasuredFaster) {
+  const PlannerTable t;
+  const DeviceFacts h200 = DeviceFacts::h200();
+  auto vec = [&](std::int64_t m, std::int64_t n, Strategy s) {
+    return normkit::plan(backward(m, n, DType::BF16), h200, s, t).columns.vec;
+  };
+  // narrow rows: 3-4 vectorised strips starve the GPU -> scalar strips, for tiled at any M ...
+  EXPECT_EQ(vec(64, 1024, Strategy::Tiled), 1);
+  EXPECT_EQ(vec(1 << 20, 768, Strategy::Tiled), 1);
+  // ... and for two-pass until its row parts refill the grid
+  EXPECT_EQ(vec(t.column_vec_two_pass_min_rows - 1, 1024, Strategy::TwoPass), 1);
+  EXPECT_EQ(vec(t.column_vec_two_pass_min_rows, 1024, Strategy::TwoPass), 8);
+  // a strip narrower than 32 lanes x 8 columns leaves lanes idle: scalar
+  EXPECT_EQ(vec(1 << 20, 64, Strategy::TwoPass), 1);
+  // wide rows: vectorised for both
+  EXPECT_EQ(vec(7, t.column_vec_min_cols, Strategy::Tiled), 8);
+  EXPECT_EQ(vec(7, t.column_vec_min_cols / 2, Strategy::Tiled), 1);
+  EXPECT_EQ(vec(1024, t.column_vec_min_cols, Strategy::TwoPass), 8);
+}
+
 TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   PlannerTable t;
   t.simple_max_rows = 3;
@@ -358,6 +379,8 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.fused_min_elements = 12345;
   t.fused_min_rows = 777;
   t.fused_gb_min_rows = 555;
+  t.column_vec_min_cols = 4096;
+  t.column_vec_two_pass_min_rows = 100;
   t.fused_unaligned_max_cols = 5;
   t.simple_min_cols = 99999;
   t.row_block_threads = 512;
