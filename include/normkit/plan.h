@@ -182,7 +182,7 @@ constexpr int row_min_blocks_per_sm(int threads) { return threads >= 512 ? 1 : 5
 /// Streamed rows hold only kStreamUnroll vectors per tensor per thread, so they need more resident
 /// warps instead: two blocks of kStreamRowThreads per SM (64 registers a thread). With one (76-80
 /// registers, 16 warps) the streamed kernels reached 39-48 % of DRAM bandwidth (ncu, 2048 x 65536
-/// bf16, docs/NOTES.md entry 11).
+/// bf16, docs/NOTES.md entry 12).
 constexpr int kStreamMinBlocksPerSm = 2;
 /// __launch_bounds__ of a row kernel that caches `items` vectors per thread (0 = streamed rows):
 /// its largest block, and the blocks per SM the compiler must leave registers for.

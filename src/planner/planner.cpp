@@ -326,7 +326,6 @@ std::string format_planner_table(const PlannerTable& t) {
      << "fused_min_rows = " << t.fused_min_rows << "\n"
      << "fused_gb_min_rows = " << t.fused_gb_min_rows << "\n"
      << "fused_unaligned_max_cols = " << t.fused_unaligned_max_cols << "\n"
-
      << "simple_min_cols = " << t.simple_min_cols << "\n"
      << "fused_min_rows_per_block = " << t.fused_min_rows_per_block << "\n"
      << "fused_single_launch = " << (t.fused_single_launch ? 1 : 0) << "\n"
