@@ -169,3 +169,25 @@ def test_module_dtype_combinations():
         y = nk(x)
         assert y.dtype == dtype
         assert_close(f"fp32 weight, {dtype} x", y, ref(x.double()), TOL[dtype])
+
+
+def test_readme_pytorch_usage_runs():
+    """The README's PyTorch usage block, run as written, on a small model: the swap replaces the
+    norms and keeps the Parameters, and the functional call matches F.layer_norm."""
+    import os
+    import re
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md"), encoding="utf-8").read()
+    section = readme[readme.index("## PyTorch usage"):]
+    block = re.search(r"```python\n(.*?)```", section, re.S)
+    assert block, "README.md has no python block under '## PyTorch usage'"
+    hidden = 64
+    model = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.LayerNorm(hidden), torch.nn.RMSNorm(hidden))
+    norm_weight = model[1].weight
+    x = torch.randn(5, hidden)
+    weight, bias = torch.randn(hidden), torch.randn(hidden)
+    scope = {"model": model, "x": x, "hidden": hidden, "weight": weight, "bias": bias}
+    exec(compile(block.group(1), "README.md", "exec"), scope)  # noqa: S102 -- the README's own example
+    assert isinstance(model[1], normkit.nn.LayerNorm) and isinstance(model[2], normkit.nn.RMSNorm)
+    assert model[1].weight is norm_weight
+    assert_close("README layer_norm", scope["y"], torch.nn.functional.layer_norm(x, (hidden,), weight, bias, 1e-5), 1e-5)
