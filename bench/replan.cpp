@@ -19,10 +19,12 @@
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "harness.h"
 #include "normkit/plan.h"
 
 namespace {
@@ -40,30 +42,19 @@ std::vector<std::string> split_csv_line(const std::string& line) {
   return out;
 }
 
-bool parse_dtype(const std::string& s, normkit::DType& out) {
-  if (s == "f32" || s == "float32") out = normkit::DType::F32;
-  else if (s == "f16" || s == "float16") out = normkit::DType::F16;
-  else if (s == "bf16" || s == "bfloat16") out = normkit::DType::BF16;
-  else return false;
-  return true;
-}
-
-/// The backward problem of a sweep op (ln_gb, rms_gb, ln_bwd, rms_bwd) on the bench's buffers:
-/// contiguous rows from 256-byte aligned allocations, so vectorised exactly when N * size is.
-bool problem_of(const std::string& op, std::int64_t m, std::int64_t n, normkit::DType t, normkit::DType w,
-                normkit::Problem& p) {
-  using normkit::Op;
-  const bool rms = op.rfind("rms_", 0) == 0;
-  const bool gb = op.size() > 3 && op.compare(op.size() - 3, 3, "_gb") == 0;
-  const bool bwd = op.size() > 4 && op.compare(op.size() - 4, 4, "_bwd") == 0;
-  if (!gb && !bwd) return false;
-  p.op = rms ? Op::RmsNormBackward : Op::LayerNormBackward;
+/// The backward problem of a sweep op on the bench's buffers: contiguous rows from aligned
+/// allocations, so vectorised exactly when N * size is. Forward ops: false (nothing to re-plan).
+bool problem_of(const std::string& op, std::int64_t m, std::int64_t n, const std::string& dtype,
+                const std::string& wdtype, normkit::Problem& p) {
+  const nkbench::OpKind kind = nkbench::parse_op_kind(op);
+  if (nkbench::op_is_forward(kind)) return false;
+  p.op = nkbench::planner_op(kind);
+  p.mask = nkbench::op_mask(kind);
   p.rows = m;
   p.cols = n;
-  p.dtype = t;
-  p.weight_dtype = w;
-  p.mask = {bwd, true, !rms};
-  p.rows_vector_aligned = (n * std::int64_t(normkit::dtype_size(t))) % 16 == 0;
+  p.dtype = nkbench::parse_dtype(dtype);
+  p.weight_dtype = nkbench::parse_dtype(wdtype);
+  p.rows_vector_aligned = (n * std::int64_t(normkit::dtype_size(p.dtype))) % 16 == 0;
   return true;
 }
 
@@ -137,9 +128,13 @@ int main(int argc, char** argv) {
   const normkit::DeviceFacts device = normkit::DeviceFacts::h200();
   for (const auto& [key, c] : cells) {
     const auto& [op, dtype, wdtype, mode, m, n] = key;
-    normkit::DType t, w;
     normkit::Problem p;
-    if (c.forced.empty() || !parse_dtype(dtype, t) || !parse_dtype(wdtype, w) || !problem_of(op, m, n, t, w, p)) continue;
+    try {
+      if (c.forced.empty() || !problem_of(op, m, n, dtype, wdtype, p)) continue;
+    } catch (const std::invalid_argument& e) {
+      std::cerr << "normkit-replan: " << csv << ": " << e.what() << "\n";
+      return 2;
+    }
     const normkit::Plan planned = normkit::plan(p, device, normkit::Strategy::Auto, table);
     const std::string choice = normkit::strategy_name(planned.strategy);
     const auto chosen = c.forced.find(choice);

@@ -184,12 +184,12 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   if (t.fused_enabled && fused_size && fused_layout && fused_fits(p, nullptr)) return Strategy::Fused;
   // simple_min_cols was measured against scalar strips (one column per lane); vectorised strips read
   // whole sectors themselves.
-  if (p.rows <= t.simple_max_rows || (p.cols >= t.simple_min_cols && column_strips(p, t, false).vec == 1)) return Strategy::Simple;
+  const ColumnShape tiled_strips = column_strips(p, t, false);
+  if (p.rows <= t.simple_max_rows || (p.cols >= t.simple_min_cols && tiled_strips.vec == 1)) return Strategy::Simple;
   // Tiled (one block per column strip walking all M) is best while the strips alone fill the
   // GPU or M is too small to split; otherwise two-pass splits M so every SM has work (the seed's
   // "mixed" rule, which removes its chess board).
-  const std::int64_t strips = column_strips(p, t, false).col_blocks;
-  if (strips >= device.sm_count || p.rows < 2 * t.two_pass_min_rows_per_part) return Strategy::Tiled;
+  if (tiled_strips.col_blocks >= device.sm_count || p.rows < 2 * t.two_pass_min_rows_per_part) return Strategy::Tiled;
   return Strategy::TwoPass;
 }
 
