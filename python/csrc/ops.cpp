@@ -9,8 +9,8 @@
 //   CPU tensors of f32/f16/bf16/f64 -> normkit's float64 reference (Device::Cpu)
 //   CUDA f64 tensors -> copied to the CPU, reference path, copied back (for gradcheck; synchronous)
 //
-// The fake (meta) kernels and the autograd formulas are registered in Python
-// (python/normkit/_ops.py); this file holds the schemas and the CPU/CUDA kernels.
+// The fake (meta) kernels are registered in Python (python/normkit/_ops.py), the autograd of the
+// forward ops in C++ (autograd.cpp); this file holds the schemas and the CPU/CUDA kernels.
 #include <torch/extension.h>
 
 #include <ATen/ATen.h>
@@ -31,6 +31,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #endif
 
+#include "backward_strategy.h"
 #include "normkit/normkit.h"
 
 namespace {
@@ -565,4 +566,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.doc() = "normkit: LayerNorm/RMSNorm kernels; the operators live in torch.ops.normkit";
   module.def("built_with_cuda", &normkit::built_with_cuda, "Whether this build has the CUDA kernels");
   module.def("cuda_available", &normkit::cuda_available, "Whether normkit's CUDA layer sees a device");
+  module.def("_set_backward_strategy", &normkit_torch::set_backward_strategy, pybind11::arg("strategy"),
+             "Sets this thread's forced backward strategy (None: none); returns the previous one");
+  module.def("_backward_strategy", &normkit_torch::backward_strategy, "This thread's forced backward strategy, or None");
 }

@@ -1,16 +1,20 @@
-"""Fake (meta) kernels and autograd formulas of torch.ops.normkit.*.
+"""Fake (meta) kernels of torch.ops.normkit.*, the backward-strategy switch, and the raising
+autograd of the backward ops.
 
-The CPU/CUDA kernels and the schemas are registered in C++ (python/csrc/ops.cpp). Here:
+The CPU/CUDA kernels and the schemas are registered in C++ (python/csrc/ops.cpp), and so is the
+autograd of the forward ops (python/csrc/autograd.cpp: forward ops -> their backward ops, so
+normkit.layer_norm / rms_norm differentiate like F.layer_norm / F.rms_norm; in C++ because the
+Python registration cost ~110 us of host time per forward + backward). Here:
   * register_fake: output shapes/dtypes for FakeTensor tracing (torch.compile, export, meta);
-  * register_autograd: forward ops -> their backward ops, so normkit.layer_norm / rms_norm
-    differentiate like F.layer_norm / F.rms_norm;
+  * backward_strategy(): the strategy the C++ autograd passes to the backward ops;
   * the backward ops get an autograd formula that raises: normkit has no double backward, and
     without it PyTorch would only warn and silently return wrong (missing) second derivatives.
 """
 import contextlib
-import threading
 
 import torch
+
+from . import _C
 
 _SUPPORTED = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _STRATEGIES = ("auto", "simple", "tiled", "two_pass", "fused")
@@ -18,21 +22,10 @@ _STRATEGIES = ("auto", "simple", "tiled", "two_pass", "fused")
 # ---------------------------------------------------------------------------------------------
 # backward strategy used by autograd (normkit.layer_norm / rms_norm / nn modules)
 # ---------------------------------------------------------------------------------------------
-_state = threading.local()
-
 
 def get_backward_strategy() -> str:
     """The gamma/beta strategy autograd passes to the backward ops ("auto" unless overridden)."""
-    return getattr(_state, "strategy", None) or "auto"
-
-
-def _strategy_for_backward(ctx) -> str:
-    """The strategy of a backward: the block active on the thread running it, else the one active
-    when its forward ran. Why both: autograd runs the backward of CUDA tensors on its own device
-    thread, where the user's block (thread-local) is not visible; a block around the forward still
-    reaches it through ctx."""
-    current = getattr(_state, "strategy", None)
-    return current if current is not None else ctx.normkit_strategy
+    return _C._backward_strategy() or "auto"
 
 
 @contextlib.contextmanager
@@ -48,12 +41,11 @@ def backward_strategy(name: str):
     """
     if name not in _STRATEGIES:
         raise ValueError(f"normkit.backward_strategy: strategy {name!r} is not one of {', '.join(_STRATEGIES)}")
-    previous = getattr(_state, "strategy", None)  # None: no block active on this thread
-    _state.strategy = name
+    previous = _C._set_backward_strategy(name)  # None: no block was active on this thread
     try:
         yield
     finally:
-        _state.strategy = previous
+        _C._set_backward_strategy(previous)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,53 +113,8 @@ def _rms_norm_backward_fake(grad_out, x, normalized_shape, rstd, weight, output_
 
 
 # ---------------------------------------------------------------------------------------------
-# autograd
+# autograd of the backward ops: none (double backward raises)
 # ---------------------------------------------------------------------------------------------
-
-def _layer_norm_setup_context(ctx, inputs, output):
-    x, normalized_shape, weight, bias, _eps = inputs
-    _y, mean, rstd = output
-    ctx.save_for_backward(x, weight, bias, mean, rstd)
-    ctx.normalized_shape = normalized_shape
-    ctx.normkit_strategy = get_backward_strategy()
-    ctx.mark_non_differentiable(mean, rstd)
-
-
-def _layer_norm_backward(ctx, grad_y, _grad_mean, _grad_rstd):
-    x, weight, bias, mean, rstd = ctx.saved_tensors
-    need = ctx.needs_input_grad
-    mask = [bool(need[0]), bool(need[2]), bool(need[3])]
-    if grad_y is None or not any(mask):
-        return None, None, None, None, None
-    dx, dweight, dbias = torch.ops.normkit.layer_norm_backward(
-        grad_y, x, ctx.normalized_shape, mean, rstd, weight, bias, mask, _strategy_for_backward(ctx))
-    return dx, None, dweight, dbias, None
-
-
-def _rms_norm_setup_context(ctx, inputs, output):
-    x, normalized_shape, weight, _eps = inputs
-    _y, rstd = output
-    ctx.save_for_backward(x, weight, rstd)
-    ctx.normalized_shape = normalized_shape
-    ctx.normkit_strategy = get_backward_strategy()
-    ctx.mark_non_differentiable(rstd)
-
-
-def _rms_norm_backward(ctx, grad_y, _grad_rstd):
-    x, weight, rstd = ctx.saved_tensors
-    need = ctx.needs_input_grad
-    mask = [bool(need[0]), bool(need[2])]
-    if grad_y is None or not any(mask):
-        return None, None, None, None
-    dx, dweight = torch.ops.normkit.rms_norm_backward(
-        grad_y, x, ctx.normalized_shape, rstd, weight, mask, _strategy_for_backward(ctx))
-    return dx, None, dweight, None
-
-
-torch.library.register_autograd("normkit::layer_norm_forward", _layer_norm_backward,
-                                setup_context=_layer_norm_setup_context)
-torch.library.register_autograd("normkit::rms_norm_forward", _rms_norm_backward,
-                                setup_context=_rms_norm_setup_context)
 
 _DOUBLE_BACKWARD = ("normkit: double backward is not supported: {op} has no derivative of its own. "
                     "Differentiate a torch.nn.functional norm instead when second derivatives are needed "
