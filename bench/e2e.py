@@ -11,6 +11,10 @@ here, weights are random, there is no tokenizer. Dropout is set to 0 so that bot
 same computation.
 
     python bench/e2e.py [--out bench/results/h200-e2e.md] [--steps 20] [--models bart,llama]
+    python bench/e2e.py --profile [--models bart --precisions bf16]   # where the time goes
+
+--profile skips the timed comparison: it runs a few steps of both models under torch.profiler and
+prints, per run, the wall time per step, the GPU kernel time per step and the kernels taking most of it.
 
 Exit status 1 when any loss curve disagrees beyond its tolerance.
 """
@@ -82,6 +86,27 @@ def train(model, batches, precision, warmup):
     return [float(v) for v in losses], (len(batches) - warmup) / elapsed
 
 
+def profile(model, batches, precision, label, top=12):
+    """A few steps under torch.profiler: wall ms/step, GPU kernel ms/step, the heaviest kernels."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    train(model, batches[:3], precision, 1)  # warm-up (allocator, cuBLAS heuristics)
+    steps = batches[3:6]
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        train(model, steps, precision, 0)
+        wall = (time.perf_counter() - start) / len(steps)
+    kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    total = sum(e.self_device_time_total for e in kernels) / len(steps)
+    print(f"## {label}: wall {wall * 1e3:.2f} ms/step (profiled), GPU kernels {total / 1e3:.2f} ms/step", flush=True)
+    for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[:top]:
+        print(f"  {e.self_device_time_total / len(steps) / 1e3:8.3f} ms  {e.count // len(steps):5d}x  {e.key[:110]}")
+    norm = [e for e in kernels if any(k in e.key.lower() for k in ("norm", "layer_norm", "gamma", "reduce_partials"))]
+    print(f"  norm-like kernels: {sum(e.self_device_time_total for e in norm) / len(steps) / 1e3:.3f} ms/step, "
+          f"{sum(e.count for e in norm) // len(steps)} launches/step", flush=True)
+
+
 def git_commit(given=None):
     """The commit measured: --commit (the GPU machine's copy of the tree has no .git, and a git found
     above it would name the wrong one), else git's answer here."""
@@ -107,6 +132,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=5, help="steps excluded from steps/s (still in the curves)")
     parser.add_argument("--models", default="bart,llama")
     parser.add_argument("--precisions", default="fp32,bf16")
+    parser.add_argument("--profile", action="store_true", help="profile a few steps of each run instead of timing")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench/e2e.py needs a CUDA device")
@@ -129,6 +155,12 @@ def main():
             if count == 0:
                 sys.exit(f"{name}: swap_norms replaced no module")
             batches = make_batches(base.config.vocab_size, args.steps, batch, seq, "cuda")
+            if args.profile:
+                profile(base, batches, precision, f"{name} {precision} torch")
+                profile(swapped, batches, precision, f"{name} {precision} normkit")
+                del base, swapped
+                torch.cuda.empty_cache()
+                continue
             torch_losses, torch_sps = train(base, batches, precision, args.warmup)
             del base
             torch.cuda.empty_cache()
@@ -146,6 +178,8 @@ def main():
                   f"({nk_sps / torch_sps:.3f}x), {count} norms swapped, max rel loss diff {diff:.2e} "
                   f"{'ok' if ok else 'FAIL'}", flush=True)
 
+    if args.profile:
+        return
     lines = [
         "# normkit end-to-end: Hugging Face training steps, torch norms vs normkit.swap_norms",
         "",

@@ -351,7 +351,7 @@ std::tuple<OptTensor, OptTensor, OptTensor> layer_norm_backward(const Tensor& dy
       return;
     }
     const std::size_t bytes = normkit::layer_norm_backward_workspace_size(args, exec.config);
-    Tensor ws = at::empty({static_cast<int64_t>(bytes)}, x_in.options().dtype(at::kByte));
+    Tensor ws = bytes ? at::empty({static_cast<int64_t>(bytes)}, x_in.options().dtype(at::kByte)) : Tensor();
     normkit::layer_norm_backward(args, exec.config, normkit::Workspace{bytes ? ws.data_ptr() : nullptr, bytes});
   });
   return {opt(dx), opt(dweight), opt(dbias)};
@@ -448,7 +448,7 @@ std::tuple<OptTensor, OptTensor> rms_norm_backward(const Tensor& dy_in, const Te
       return;
     }
     const std::size_t bytes = normkit::rms_norm_backward_workspace_size(args, exec.config);
-    Tensor ws = at::empty({static_cast<int64_t>(bytes)}, x_in.options().dtype(at::kByte));
+    Tensor ws = bytes ? at::empty({static_cast<int64_t>(bytes)}, x_in.options().dtype(at::kByte)) : Tensor();
     normkit::rms_norm_backward(args, exec.config, normkit::Workspace{bytes ? ws.data_ptr() : nullptr, bytes});
   });
   return {opt(dx), opt(dweight)};
