@@ -37,6 +37,8 @@ struct DeviceFacts {
   std::int64_t smem_per_sm = 228 << 10;
   int warp_size = 32;
   int max_threads_per_block = 1024;
+  /// Blocks a thread-block cluster may hold (sm_90 and later: 8, the portable size; 0 = no clusters).
+  int max_cluster_blocks = 8;
   static DeviceFacts h200() { return {}; }
 };
 
@@ -92,6 +94,10 @@ struct Plan {
   std::int64_t partial_rows = 0;  ///< rows of fp32 partials [partial_rows, N] (two-pass, fused)
   int partial_arrays = 0;         ///< 2 for LayerNorm dweight+dbias, 1 otherwise
   bool single_launch = false;     ///< fused: final reduce after a grid-wide sync in the same (cooperative) launch
+  /// fused: the grid is one thread-block cluster of this many blocks, which sum their block
+  /// partials through distributed shared memory and write dgamma/dbeta themselves (one launch, no
+  /// workspace); 0 = not a cluster
+  int cluster_blocks = 0;
   std::size_t workspace_bytes = 0;
   std::string describe() const;   ///< one line, e.g. "two_pass parts=33 row=vec8x1/64t"
 };
@@ -137,6 +143,13 @@ struct PlannerTable {
   /// grid-wide sync + final reduce in one cooperative launch (else a second launch). Off: on the H200
   /// the cooperative launch cost ~16 us (docs/NOTES.md, entry 2).
   bool fused_single_launch = false;
+  /// Small problems (M x N up to this many elements) run fused as one launch: a single cluster of up
+  /// to fused_cluster_max_blocks blocks (capped by DeviceFacts::max_cluster_blocks) whose partials
+  /// meet in distributed shared memory. Without it a small backward is two launches (dX +
+  /// gamma/beta, or fused + partial reduce), and two tiny kernels in a CUDA graph cost ~1.9 us
+  /// against ~1.1 us for one (H200). Chosen by auto with or without dX. 0 = never.
+  std::int64_t fused_cluster_max_elements = 1 << 19;
+  int fused_cluster_max_blocks = 8;
   // column strips (tiled, two-pass): 16 bytes per lane on vectorised rows, where measured faster
   /// Vectorised strips from this N on (both strategies). bf16, graph: at N = 65536 / 262144 tiled
   /// 2-2.3x faster than scalar strips at every M; at N = 16384 1.6x at M = 1024..4097 and 4-7 %

@@ -492,22 +492,12 @@ normkit::Problem query_problem(std::string_view op, int64_t M, int64_t N, c10::S
 }
 
 normkit::DeviceFacts query_device() {
-  // The current CUDA device when there is one (from torch's cached device properties, the same
-  // cudaDeviceProp fields normkit's CUDA layer reads), else the H200 the defaults were measured on.
-  normkit::DeviceFacts facts = normkit::DeviceFacts::h200();
+  // The current CUDA device when there is one (normkit's own device query, the facts its CUDA
+  // layer plans with), else the H200 the defaults were measured on.
 #ifdef NORMKIT_WITH_CUDA
-  if (at::cuda::is_available()) {
-    const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
-    facts.sm_count = prop->multiProcessorCount;
-    facts.l2_bytes = prop->l2CacheSize;
-    facts.smem_per_block = static_cast<std::int64_t>(prop->sharedMemPerBlock);
-    facts.smem_per_block_optin = static_cast<std::int64_t>(prop->sharedMemPerBlockOptin);
-    facts.smem_per_sm = static_cast<std::int64_t>(prop->sharedMemPerMultiprocessor);
-    facts.warp_size = prop->warpSize;
-    facts.max_threads_per_block = prop->maxThreadsPerBlock;
-  }
+  if (at::cuda::is_available()) return normkit::current_device_facts();
 #endif
-  return facts;
+  return normkit::DeviceFacts::h200();
 }
 
 std::string plan_backward(std::string_view op, int64_t M, int64_t N, c10::ScalarType dtype, std::array<bool, 3> mask,

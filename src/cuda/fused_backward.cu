@@ -7,7 +7,10 @@
 // each block sums its row groups in shared memory (fixed order) into one row of fp32 partials
 // [blocks, N]; then either the partial reduce as a second launch, or (plan.single_launch) a grid-wide
 // sync and the same reduce in one cooperative launch. A grid of one block writes dgamma/dbeta directly.
-// No float atomics anywhere: the same inputs give the same bits.
+// Small problems (plan.cluster_blocks) run as one thread-block cluster: each block keeps its partial
+// row in its own shared memory, and after a cluster barrier every block sums a share of the columns
+// over all blocks' rows (distributed shared memory) and writes dgamma/dbeta: one launch, no workspace.
+// No float atomics anywhere, and every sum runs in a fixed order: the same inputs give the same bits.
 #include <cooperative_groups.h>
 
 #include "cuda/column_reduce.cuh"
@@ -15,9 +18,41 @@
 namespace normkit::cuda {
 namespace {
 
+/// How the block partials become dgamma/dbeta.
+enum class FusedFinish : int {
+  Direct,        // one block: its partial row is the answer
+  SecondLaunch,  // partials [blocks, N] in the workspace, reduced by reduce_partials_kernel
+  GridSync,      // the same reduce after a grid-wide sync (cooperative launch)
+  Cluster,       // the grid is one cluster: partial rows in shared memory, reduced across it
+};
+
+/// The Cluster finish: this block's partial rows (`arrays` rows of N floats in its shared memory)
+/// are visible to the cluster after the first barrier; block b of B then sums columns b*threads +
+/// tid, (b + B)*threads + tid, ... over every block's rows, rank 0 first (fixed order), and writes
+/// them. The second barrier keeps each block's shared memory alive until all reads are done.
+template <typename W>
+__device__ __forceinline__ void reduce_over_cluster(const float* block_partial, int cols, int arrays, W* const (&out)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int blocks = int(cluster.num_blocks());
+  const int total = arrays * cols;
+  for (int idx = int(cluster.block_rank()) * int(blockDim.x) + int(threadIdx.x); idx < total;
+       idx += blocks * int(blockDim.x)) {
+    float sum = 0.f;
+    for (int b = 0; b < blocks; ++b) sum += cluster.map_shared_rank(block_partial, b)[idx];
+    out[idx / cols][idx % cols] = from_float<W>(sum);
+  }
+  cluster.sync();
+#else
+  __trap();  // the planner plans clusters only for devices that have them (sm_90 on)
+#endif
+}
+
 template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
 __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
-    fused_backward_kernel(const BackwardParams<T, W> p, float* partials, bool reduce_in_kernel) {
+    fused_backward_kernel(const BackwardParams<T, W> p, float* partials, FusedFinish finish) {
   __shared__ float scratch[2 * kFusedBlockThreads / kWarpSize];
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
   const bool want_dx = p.dx.data != nullptr;
@@ -53,15 +88,19 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
       });
 
   // Block partials: sum the row groups of this block, slot by slot, through shared memory (the
-  // dynamic buffer, free now: the walk has waited for its last copies). A grid of one block
-  // (partials == nullptr) writes the final values directly: one launch in all.
+  // dynamic buffer, free now: the walk has waited for its last copies). Where each column's sum
+  // goes depends on the finish: the final value (Direct), a workspace row, or the block's partial
+  // rows in shared memory after the staging area (Cluster).
   float* stage = reinterpret_cast<float*>(row_kernel_smem);
+  float* block_partial = stage + blockDim.x * VEC;
   W* out[2];
   const int arrays = gamma_beta_outputs(p, out);
   const std::int64_t partial_rows = gridDim.x;
   for (int a = 0; a < arrays; ++a) {
     const bool is_dgamma = out[a] == p.dweight;
-    float* partial_row = partials != nullptr ? partials + (std::int64_t(a) * partial_rows + blockIdx.x) * p.cols : nullptr;
+    float* partial_row = finish == FusedFinish::Cluster ? block_partial + std::int64_t(a) * p.cols
+                         : finish == FusedFinish::Direct ? nullptr
+                                                        : partials + (std::int64_t(a) * partial_rows + blockIdx.x) * p.cols;
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       __syncthreads();
@@ -81,7 +120,12 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
       }
     }
   }
-  if (!reduce_in_kernel || arrays == 0 || partials == nullptr) return;
+  if (arrays == 0) return;
+  if (finish == FusedFinish::Cluster) {
+    reduce_over_cluster<W>(block_partial, p.cols, arrays, out);
+    return;
+  }
+  if (finish != FusedFinish::GridSync) return;
 
   cooperative_groups::this_grid().sync();  // every block's partial row is written
   const int reduce_rows = int(blockDim.x) / kWarpSize;
@@ -94,13 +138,15 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
 template <typename T, typename W>
 void launch_fused_backward(const BackwardProblem& p, const Plan& plan, float* partials, cudaStream_t stream) {
   const BackwardParams<T, W> params = make_backward_params<T, W>(p, plan);
-  // One block: its partial row is the answer (no workspace, no second step).
-  const bool direct = plan.partial_rows == 0;
-  if (direct) partials = nullptr;
-  const bool reduce_in_kernel = !direct && plan.single_launch && p.mask().any_gamma_beta();
+  // Direct: one block, whose partial row is the answer (no workspace, no second step).
+  const FusedFinish finish = plan.cluster_blocks > 0                                   ? FusedFinish::Cluster
+                             : plan.partial_rows == 0                                  ? FusedFinish::Direct
+                             : plan.single_launch && p.mask().any_gamma_beta()         ? FusedFinish::GridSync
+                                                                                       : FusedFinish::SecondLaunch;
+  if (finish == FusedFinish::Direct || finish == FusedFinish::Cluster) partials = nullptr;
   const unsigned blocks = unsigned(plan.row.blocks);
   dispatch_row_shape<T, kMaxFusedItems, false>(plan.row, [&](auto items, auto vec, auto staged) {
-    void (*kernel)(BackwardParams<T, W>, float*, bool) =
+    void (*kernel)(BackwardParams<T, W>, float*, FusedFinish) =
         p.rms ? fused_backward_kernel<T, W, true, staged(), items(), vec()>
               : fused_backward_kernel<T, W, false, staged(), items(), vec()>;
     allow_dynamic_smem(kernel, plan.row.smem_bytes, "fused_backward_kernel shared memory");
@@ -110,14 +156,22 @@ void launch_fused_backward(const BackwardProblem& p, const Plan& plan, float* pa
     config.dynamicSmemBytes = std::size_t(plan.row.smem_bytes);
     config.stream = stream;
     cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeCooperative;
-    attribute[0].val.cooperative = 1;
     config.attrs = attribute;
-    config.numAttrs = reduce_in_kernel ? 1 : 0;
-    check(cudaLaunchKernelEx(&config, kernel, params, partials, reduce_in_kernel), "fused_backward_kernel launch");
+    if (finish == FusedFinish::GridSync) {
+      attribute[0].id = cudaLaunchAttributeCooperative;
+      attribute[0].val.cooperative = 1;
+      config.numAttrs = 1;
+    } else if (finish == FusedFinish::Cluster) {
+      attribute[0].id = cudaLaunchAttributeClusterDimension;
+      attribute[0].val.clusterDim.x = blocks;  // the whole grid is one cluster
+      attribute[0].val.clusterDim.y = 1;
+      attribute[0].val.clusterDim.z = 1;
+      config.numAttrs = 1;
+    }
+    check(cudaLaunchKernelEx(&config, kernel, params, partials, finish), "fused_backward_kernel launch");
   });
   check_launch("fused_backward_kernel");
-  if (p.mask().any_gamma_beta() && !direct && !reduce_in_kernel)
+  if (finish == FusedFinish::SecondLaunch && p.mask().any_gamma_beta())
     launch_reduce_partials<T, W>(params, partials, plan.partial_rows, plan.columns, stream);
 }
 

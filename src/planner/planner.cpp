@@ -176,10 +176,24 @@ std::size_t partial_bytes(std::int64_t partial_rows, const Problem& p) {
   return std::size_t(partial_rows) * std::size_t(p.cols) * std::size_t(partial_arrays(p)) * sizeof(float);
 }
 
+/// Blocks of a fused plan that runs as one thread-block cluster (0: not a cluster): small problems
+/// with gamma/beta to reduce, on devices with clusters. As many blocks as give each a row group's
+/// worth of rows, at most the cluster size.
+int fused_cluster_blocks(const Problem& p, const DeviceFacts& device, const PlannerTable& t, int rows_per_block) {
+  const int cap = std::min(t.fused_cluster_max_blocks, device.max_cluster_blocks);
+  if (!p.mask.any_gamma_beta() || cap < 2 || p.rows * p.cols > t.fused_cluster_max_elements) return 0;
+  const std::int64_t blocks = std::min<std::int64_t>(cap, ceil_div(p.rows, std::max(1, rows_per_block)));
+  return blocks >= 2 ? int(blocks) : 0;  // one block writes dgamma/dbeta directly anyway
+}
+
 Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
-  // With dX, fused saves the unfused second read of x and dy; without it, only launches.
-  const bool fused_size = p.mask.dx ? (p.rows * p.cols >= t.fused_min_elements || p.rows >= t.fused_min_rows)
-                                    : p.rows >= t.fused_gb_min_rows;
+  // With dX, fused saves the unfused second read of x and dy; without it, only launches. Small
+  // problems take it as one cluster launch (fused_cluster_max_elements) -- except gamma/beta alone
+  // over at most simple_max_rows rows, which simple already serves in one launch.
+  const bool small = p.mask.any_gamma_beta() && device.max_cluster_blocks >= 2 && t.fused_cluster_max_blocks >= 2 &&
+                     p.rows * p.cols <= t.fused_cluster_max_elements && (p.mask.dx || p.rows > t.simple_max_rows);
+  const bool fused_size = small || (p.mask.dx ? (p.rows * p.cols >= t.fused_min_elements || p.rows >= t.fused_min_rows)
+                                              : p.rows >= t.fused_gb_min_rows);
   const bool fused_layout = vector_width(p) > 1 || p.cols <= t.fused_unaligned_max_cols;
   if (t.fused_enabled && fused_size && fused_layout && fused_fits(p, nullptr)) return Strategy::Fused;
   // simple_min_cols was measured against scalar strips (one column per lane); vectorised strips read
@@ -254,10 +268,15 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
     const std::int64_t rows_per_block_min = std::int64_t(out.row.rows_per_block) * t.fused_min_rows_per_block;
     const std::int64_t by_rows = std::max<std::int64_t>(1, ceil_div(p.rows, rows_per_block_min));
     out.row.blocks = std::min<std::int64_t>(by_rows, std::int64_t(device.sm_count) * kFusedBlocksPerSm);
-    // Dynamic shared memory: the row stages, and (always) the block's partial staging at the end.
-    const std::int64_t partial_staging = std::int64_t(out.row.block_threads()) * out.row.vec * std::int64_t(sizeof(float));
+    out.cluster_blocks = fused_cluster_blocks(p, device, t, out.row.rows_per_block);
+    if (out.cluster_blocks > 0) out.row.blocks = out.cluster_blocks;
+    // Dynamic shared memory: the row stages, and (always) the block's partial staging at the end;
+    // a cluster block also keeps its finished partial row(s) there for the other blocks to read.
+    const std::int64_t partial_staging =
+        std::int64_t(out.row.block_threads()) * out.row.vec * std::int64_t(sizeof(float)) +
+        (out.cluster_blocks > 0 ? std::int64_t(partial_arrays(p)) * p.cols * std::int64_t(sizeof(float)) : 0);
     plan_stages(out.row, p, device, t, 2, true, kFusedBlocksPerSm, out.row.blocks, partial_staging);
-    if (p.mask.any_gamma_beta() && out.row.blocks > 1) {  // one block writes dgamma/dbeta directly
+    if (p.mask.any_gamma_beta() && out.row.blocks > 1 && out.cluster_blocks == 0) {  // one block writes directly
       out.single_launch = t.fused_single_launch;
       out.partial_rows = out.row.blocks;
       out.columns.block_x = kWarpSize;
@@ -303,7 +322,7 @@ std::string Plan::describe() const {
     if (strategy == Strategy::Tiled) os << " " << band_name(columns.band);
     if (strategy == Strategy::TwoPass) os << " parts=" << columns.row_parts;
     if ((strategy == Strategy::Tiled || strategy == Strategy::TwoPass) && columns.vec > 1) os << " cols=vec" << columns.vec;
-    if (strategy == Strategy::Fused) os << " blocks=" << row.blocks;
+    if (strategy == Strategy::Fused) os << " blocks=" << row.blocks << (cluster_blocks > 0 ? " cluster" : "");
   }
   if (!is_backward(op) || mask.dx || strategy == Strategy::Fused) {
     os << " row=vec" << row.vec << "x" << row.items << "/" << row.threads_per_row << "t";
@@ -329,6 +348,8 @@ std::string format_planner_table(const PlannerTable& t) {
      << "simple_min_cols = " << t.simple_min_cols << "\n"
      << "fused_min_rows_per_block = " << t.fused_min_rows_per_block << "\n"
      << "fused_single_launch = " << (t.fused_single_launch ? 1 : 0) << "\n"
+     << "fused_cluster_max_elements = " << t.fused_cluster_max_elements << "\n"
+     << "fused_cluster_max_blocks = " << t.fused_cluster_max_blocks << "\n"
      << "column_vec_min_cols = " << t.column_vec_min_cols << "\n"
      << "column_vec_two_pass_min_rows = " << t.column_vec_two_pass_min_rows << "\n"
      << "row_items_target = " << t.row_items_target << "\n"
@@ -381,6 +402,11 @@ PlannerTable load_planner_table(const std::string& path) {
     else if (key == "fused_unaligned_max_cols") t.fused_unaligned_max_cols = v;
     else if (key == "simple_min_cols") t.simple_min_cols = v;
     else if (key == "fused_single_launch") t.fused_single_launch = v != 0;
+    else if (key == "fused_cluster_max_elements") t.fused_cluster_max_elements = v;
+    else if (key == "fused_cluster_max_blocks") {
+      if (v > 16) fail("fused_cluster_max_blocks must be at most 16");
+      t.fused_cluster_max_blocks = int(v);
+    }
     else if (key == "fused_min_rows_per_block") t.fused_min_rows_per_block = std::max<long long>(v, 1);
     else if (key == "column_vec_min_cols") t.column_vec_min_cols = v;
     else if (key == "column_vec_two_pass_min_rows") t.column_vec_two_pass_min_rows = v;

@@ -1,7 +1,8 @@
 // Dispatch coverage: the seed's test_configs_cover_all_tile_branches (every TileBand under forced
 // Tiled, several strategies under auto), the dispatch bands (M = 32, 96, 192, 1024), the band
 // boundaries (63/64, 127/128, 255/256), the two-pass cut-over found by scanning the planner with
-// fused disabled, and two-pass at huge M -- each run on the GPU and compared with the reference.
+// fused disabled, two-pass at huge M, and the fused backward as one thread-block cluster -- each run
+// on the GPU and compared with the reference.
 #include <set>
 
 #include "harness.h"
@@ -199,6 +200,49 @@ INSTANTIATE_TEST_SUITE_P(Dispatch, TwoPassHugeM,
                          testing::Values(ln_spec("ln_M524288_N64_f16", 524288, 64, DT::F16),
                                          ln_spec("ln_M65537_N1024_bf16", 65537, 1024, DT::BF16),
                                          rms_spec("rms_M524288_N64_f16", 524288, 64, DT::F16)),
+                         [](const testing::TestParamInfo<Spec>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace normkit::gputest
+
+namespace normkit::gputest {
+namespace {
+
+// ---- small problems: the fused backward as one thread-block cluster ----
+
+class FusedCluster : public testing::TestWithParam<Spec> {};
+
+TEST_P(FusedCluster, OneClusterLaunchMatchesReferenceWithTheSameBitsEveryRun) {
+  const Spec& spec = GetParam();
+  const auto hc = make_host_case(spec);
+  const DeviceCase dc = upload_case(*hc, test_stream());
+  const RefBackward ref = reference_backward(*hc);
+  for (Mask mask : {spec.full_mask(), Mask{false, true, !spec.rms}, Mask{false, false, !spec.rms}}) {
+    if (!mask.any_gamma_beta()) continue;  // RMSNorm has no dbias
+    SCOPED_TRACE(mask_id(mask));
+    const BackwardOut first = gpu_backward(*hc, dc, mask, Strategy::Fused, test_stream());
+    ASSERT_TRUE(first.ran) << first.why_not;
+    ASSERT_GE(first.plan.cluster_blocks, 2) << "expected a cluster plan: " << first.plan.describe();
+    EXPECT_EQ(first.plan.workspace_bytes, 0u);
+    expect_backward_matches(*hc, first, ref);
+    for (int run = 1; run < 20 && !HasFailure(); ++run) {
+      const BackwardOut again = gpu_backward(*hc, dc, mask, Strategy::Fused, test_stream());
+      EXPECT_EQ(again.dx.bytes, first.dx.bytes) << "run " << run;
+      EXPECT_EQ(again.dweight.bytes, first.dweight.bytes) << "run " << run;
+      EXPECT_EQ(again.dbias.bytes, first.dbias.bytes) << "run " << run;
+    }
+    check_backward(*hc, dc, ref, mask, Strategy::Auto);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dispatch, FusedCluster,
+                         testing::Values(ln_spec("cluster_ln_M32_N512_f16", 32, 512, DT::F16),
+                                         ln_spec("cluster_ln_M97_N768_bf16", 97, 768, DT::BF16),
+                                         rms_spec("cluster_rms_M192_N1024_bf16", 192, 1024, DT::BF16),
+                                         ln_spec("cluster_ln_M255_N64_bf16", 255, 64, DT::BF16),
+                                         ln_spec("cluster_ln_M300_N1000_f32", 300, 1000, DT::F32),
+                                         ln_spec("cluster_ln_M9_N8192_bf16", 9, 8192, DT::BF16),
+                                         rms_spec("cluster_rms_M1024_N512_f16", 1024, 512, DT::F16)),
                          [](const testing::TestParamInfo<Spec>& info) { return info.param.name; });
 
 }  // namespace
