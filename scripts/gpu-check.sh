@@ -32,6 +32,12 @@ STAGES=("$@")
 if [ -n "$PREBUILT" ]; then
   PREBUILT=$(cd "$PREBUILT" && pwd)
   STAGES=("${STAGES[@]/build}")
+  # prebuild.sh ships the binaries xz-compressed (the device tool carries at most 64 MiB)
+  if ls "$PREBUILT"/*.xz >/dev/null 2>&1; then
+    mkdir -p "$WORK/prebuilt"
+    for f in "$PREBUILT"/*.xz; do xz -dc "$f" > "$WORK/prebuilt/$(basename "$f" .xz)" && chmod +x "$WORK/prebuilt/$(basename "$f" .xz)"; done
+    PREBUILT=$WORK/prebuilt
+  fi
 fi
 # The GPU machine gets a copy of the work tree without .git: pass COMMIT=<sha> there.
 if [ -z "${COMMIT:-}" ]; then

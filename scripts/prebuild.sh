@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the GPU test and bench binaries for sm_90 on a machine without a GPU (nvcc is enough) and
-# puts stripped copies in one folder, for `PREBUILT=<folder> scripts/gpu-check.sh` on the GPU
+# puts stripped, xz-compressed copies in one folder, for `PREBUILT=<folder> scripts/gpu-check.sh` on the GPU
 # machine: the device then spends no time compiling.
 #   scripts/prebuild.sh [out-folder (default .prebuilt)] [build-folder (default build-prebuilt)]
 set -euo pipefail
@@ -11,9 +11,12 @@ command -v nvcc >/dev/null || { echo "prebuild: nvcc not found" >&2; exit 1; }
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
   -DNORMKIT_PTXAS_VERBOSE=ON > /dev/null
 cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" > "$BUILD/ptxas.log" 2>&1 || { tail -n 40 "$BUILD/ptxas.log"; exit 1; }
+rm -rf "$OUT"
 mkdir -p "$OUT"
+# stripped and xz-compressed (gpu-check.sh unpacks them): the device tool carries at most 64 MiB
 for bin in tests/normkit_gpu_tests tests/normkit_cpu_tests bench/normkit-bench; do
   strip -o "$OUT/$(basename "$bin")" "$BUILD/$bin"
+  xz -T0 -6 "$OUT/$(basename "$bin")"
 done
 grep -q '^/.prebuilt/' "$ROOT/.git/info/exclude" 2>/dev/null || echo '/.prebuilt/' >> "$ROOT/.git/info/exclude"
 du -sh "$OUT"
