@@ -143,12 +143,15 @@ struct PlannerTable {
   /// grid-wide sync + final reduce in one cooperative launch (else a second launch). Off: on the H200
   /// the cooperative launch cost ~16 us (docs/NOTES.md, entry 2).
   bool fused_single_launch = false;
-  /// Small problems (M x N up to this many elements) run fused as one launch: a single cluster of up
-  /// to fused_cluster_max_blocks blocks (capped by DeviceFacts::max_cluster_blocks) whose partials
-  /// meet in distributed shared memory. Without it a small backward is two launches (dX +
-  /// gamma/beta, or fused + partial reduce), and two tiny kernels in a CUDA graph cost ~1.9 us
-  /// against ~1.1 us for one (H200). Chosen by auto with or without dX. 0 = never.
-  std::int64_t fused_cluster_max_elements = 1 << 19;
+  /// Small problems (M x N up to this many elements, N up to fused_cluster_max_cols) run fused as one
+  /// launch: a single cluster of up to fused_cluster_max_blocks blocks (capped by
+  /// DeviceFacts::max_cluster_blocks) whose partials meet in distributed shared memory. Auto takes it
+  /// only with dX (gamma/beta alone is one tiled launch already). Sweep at d472e85 (bf16, graph,
+  /// docs/NOTES.md entry 16): against dX + tiled (two launches) the cluster won 0.75-0.95x for N <=
+  /// 512 and M x N <= 128K, and lost 1.1-2x for N >= 768 or larger M: the cluster barrier and
+  /// distributed reads cost about what the second launch saves. 0 = never.
+  std::int64_t fused_cluster_max_elements = 1 << 17;
+  std::int64_t fused_cluster_max_cols = 512;
   int fused_cluster_max_blocks = 8;
   // column strips (tiled, two-pass): 16 bytes per lane on vectorised rows, where measured faster
   /// Vectorised strips from this N on (both strategies). bf16, graph: at N = 65536 / 262144 tiled

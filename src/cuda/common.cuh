@@ -19,9 +19,11 @@ namespace normkit::cuda {
 
 // ---- errors ----
 inline void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess)
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();  // a failed launch is also the "last error": the next launch check must not see it
     throw CudaError(std::string("normkit: ") + what + ": " + cudaGetErrorName(status) + " (" +
                     cudaGetErrorString(status) + ")");
+  }
 }
 /// After every launch: configuration errors surface here, not at the next unrelated call.
 inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
@@ -31,7 +33,10 @@ inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel)
 /// follow a first eager call make no attribute calls.
 template <typename Kernel>
 void allow_dynamic_smem(Kernel* kernel, std::int64_t bytes, const char* what) {
-  if (bytes <= (48 << 10)) return;
+  // The 48 KB a launch gets without asking counts static shared memory too: 48 KB of dynamic
+  // memory next to a kernel's static scratch failed to launch (fused, M = 16, N = 4096 bf16), so
+  // any dynamic amount is asked for (once per kernel and size, cached below).
+  if (bytes <= 0) return;
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   static std::mutex mutex;

@@ -18,6 +18,36 @@
 namespace normkit::cuda {
 namespace {
 
+/// Sums the block's row groups column by column: `stage` holds `groups` rows of `columns` floats
+/// (groups * columns = blockDim.x * VEC, both powers of two) and emit(c, sum) is called once per
+/// column. With fewer columns than threads, blockDim.x / columns threads share a column (each sums
+/// groups / that many rows, then one of them the shares): narrow rows have many groups per block
+/// (128 at N = 64), which one thread per column summed serially. Fixed order: same bits every run.
+/// Every thread of the block must call it; `stage` is overwritten.
+template <typename Emit>
+__device__ __forceinline__ void sum_row_groups(float* stage, int columns, int groups, Emit&& emit) {
+  const int threads = int(blockDim.x), tid = int(threadIdx.x);
+  if (columns >= threads) {
+    for (int c = tid; c < columns; c += threads) {
+      float sum = 0.f;
+      for (int r = 0; r < groups; ++r) sum += stage[r * columns + c];
+      emit(c, sum);
+    }
+    return;
+  }
+  const int sharers = threads / columns, c = tid % columns, share = tid / columns;
+  float sum = 0.f;
+  for (int r = share; r < groups; r += sharers) sum += stage[r * columns + c];
+  __syncthreads();  // every share has read its rows
+  stage[share * columns + c] = sum;
+  __syncthreads();
+  if (tid < columns) {
+    float total = 0.f;
+    for (int j = 0; j < sharers; ++j) total += stage[j * columns + tid];
+    emit(tid, total);
+  }
+}
+
 /// How the block partials become dgamma/dbeta.
 enum class FusedFinish : int {
   Direct,        // one block: its partial row is the answer
@@ -101,23 +131,18 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
     float* partial_row = finish == FusedFinish::Cluster ? block_partial + std::int64_t(a) * p.cols
                          : finish == FusedFinish::Direct ? nullptr
                                                         : partials + (std::int64_t(a) * partial_rows + blockIdx.x) * p.cols;
+    const auto emit = [&](int col, float sum) {
+      if (col >= p.cols) return;
+      if (partial_row != nullptr) partial_row[col] = sum;
+      else out[a][col] = from_float<W>(sum);
+    };
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       __syncthreads();
 #pragma unroll
       for (int i = 0; i < VEC; ++i) stage[threadIdx.x * VEC + i] = is_dgamma ? acc_dgamma[k][i] : acc_dbeta[k][i];
       __syncthreads();
-      const int slot_columns = g.threads * VEC;  // columns covered by slot k across the lanes
-      for (int c = threadIdx.x; c < slot_columns; c += blockDim.x) {
-        const int lane = c / VEC, i = c % VEC;
-        const int col = (k * g.threads + lane) * VEC + i;
-        if (col < p.cols) {
-          float sum = 0.f;
-          for (int group = 0; group < p.rows_per_block; ++group) sum += stage[(group * g.threads + lane) * VEC + i];
-          if (partial_row != nullptr) partial_row[col] = sum;
-          else out[a][col] = from_float<W>(sum);
-        }
-      }
+      sum_row_groups(stage, g.threads * VEC, p.rows_per_block, [&](int c, float sum) { emit(k * g.threads * VEC + c, sum); });
     }
   }
   if (arrays == 0) return;

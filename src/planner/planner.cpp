@@ -181,17 +181,19 @@ std::size_t partial_bytes(std::int64_t partial_rows, const Problem& p) {
 /// worth of rows, at most the cluster size.
 int fused_cluster_blocks(const Problem& p, const DeviceFacts& device, const PlannerTable& t, int rows_per_block) {
   const int cap = std::min(t.fused_cluster_max_blocks, device.max_cluster_blocks);
-  if (!p.mask.any_gamma_beta() || cap < 2 || p.rows * p.cols > t.fused_cluster_max_elements) return 0;
+  if (!p.mask.any_gamma_beta() || cap < 2 || p.rows * p.cols > t.fused_cluster_max_elements ||
+      p.cols > t.fused_cluster_max_cols)
+    return 0;
   const std::int64_t blocks = std::min<std::int64_t>(cap, ceil_div(p.rows, std::max(1, rows_per_block)));
   return blocks >= 2 ? int(blocks) : 0;  // one block writes dgamma/dbeta directly anyway
 }
 
 Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   // With dX, fused saves the unfused second read of x and dy; without it, only launches. Small
-  // problems take it as one cluster launch (fused_cluster_max_elements) -- except gamma/beta alone
-  // over at most simple_max_rows rows, which simple already serves in one launch.
-  const bool small = p.mask.any_gamma_beta() && device.max_cluster_blocks >= 2 && t.fused_cluster_max_blocks >= 2 &&
-                     p.rows * p.cols <= t.fused_cluster_max_elements && (p.mask.dx || p.rows > t.simple_max_rows);
+  // problems with dX take it as one cluster launch (fused_cluster_max_elements / _cols).
+  const bool small = p.mask.dx && p.mask.any_gamma_beta() && device.max_cluster_blocks >= 2 &&
+                     t.fused_cluster_max_blocks >= 2 && p.rows * p.cols <= t.fused_cluster_max_elements &&
+                     p.cols <= t.fused_cluster_max_cols;
   const bool fused_size = small || (p.mask.dx ? (p.rows * p.cols >= t.fused_min_elements || p.rows >= t.fused_min_rows)
                                               : p.rows >= t.fused_gb_min_rows);
   const bool fused_layout = vector_width(p) > 1 || p.cols <= t.fused_unaligned_max_cols;
@@ -349,6 +351,7 @@ std::string format_planner_table(const PlannerTable& t) {
      << "fused_min_rows_per_block = " << t.fused_min_rows_per_block << "\n"
      << "fused_single_launch = " << (t.fused_single_launch ? 1 : 0) << "\n"
      << "fused_cluster_max_elements = " << t.fused_cluster_max_elements << "\n"
+     << "fused_cluster_max_cols = " << t.fused_cluster_max_cols << "\n"
      << "fused_cluster_max_blocks = " << t.fused_cluster_max_blocks << "\n"
      << "column_vec_min_cols = " << t.column_vec_min_cols << "\n"
      << "column_vec_two_pass_min_rows = " << t.column_vec_two_pass_min_rows << "\n"
@@ -403,6 +406,7 @@ PlannerTable load_planner_table(const std::string& path) {
     else if (key == "simple_min_cols") t.simple_min_cols = v;
     else if (key == "fused_single_launch") t.fused_single_launch = v != 0;
     else if (key == "fused_cluster_max_elements") t.fused_cluster_max_elements = v;
+    else if (key == "fused_cluster_max_cols") t.fused_cluster_max_cols = v;
     else if (key == "fused_cluster_max_blocks") {
       if (v > 16) fail("fused_cluster_max_blocks must be at most 16");
       t.fused_cluster_max_blocks = int(v);

@@ -82,7 +82,8 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
   for (const SeedCase& c : kSeedCases) {
     const Problem p = backward(c.m, c.n, c.dtype, {true, true, !c.rms}, c.rms);
     const Plan plan = normkit::plan(p, DeviceFacts::h200());
-    if (c.m * c.n >= t.fused_min_elements || c.m >= t.fused_min_rows || c.m * c.n <= t.fused_cluster_max_elements) {
+    if (c.m * c.n >= t.fused_min_elements || c.m >= t.fused_min_rows ||
+        (c.m * c.n <= t.fused_cluster_max_elements && c.n <= t.fused_cluster_max_cols)) {
       EXPECT_EQ(plan.strategy, Strategy::Fused) << c.name;
       EXPECT_GE(plan.row.blocks, 1) << c.name;
       EXPECT_LE(plan.row.blocks, DeviceFacts::h200().sm_count * kFusedBlocksPerSm) << c.name;
@@ -183,11 +184,13 @@ TEST(Planner, SmallProblemsRunFusedAsOneCluster) {
   const PlannerTable& t = default_planner_table();
   const DeviceFacts h200 = DeviceFacts::h200();
   for (const Mask mask : {Mask{true, true, true}, Mask{false, true, true}, Mask{false, false, true}}) {
-    for (const auto& [m, n, dt] : {std::tuple{32L, 512L, DType::F16}, std::tuple{96L, 768L, DType::F16},
-                                   std::tuple{192L, 1024L, DType::BF16}, std::tuple{255L, 64L, DType::BF16}}) {
-      const Plan plan = normkit::plan(backward(m, n, dt, mask), h200);
+    for (const auto& [m, n, dt] : {std::tuple{32L, 512L, DType::F16}, std::tuple{96L, 256L, DType::F16},
+                                   std::tuple{192L, 512L, DType::BF16}, std::tuple{255L, 64L, DType::BF16}}) {
+      // auto: fused (as a cluster) with dX; gamma/beta alone stays with tiled (one launch already)
+      const Plan chosen = normkit::plan(backward(m, n, dt, mask), h200);
+      EXPECT_EQ(chosen.strategy == Strategy::Fused, mask.dx) << chosen.describe();
+      const Plan plan = normkit::plan(backward(m, n, dt, mask), h200, Strategy::Fused);
       const std::string at = "M = " + std::to_string(m) + ", N = " + std::to_string(n) + ": " + plan.describe();
-      ASSERT_EQ(plan.strategy, Strategy::Fused) << at;
       EXPECT_EQ(plan.cluster_blocks, plan.row.blocks) << at;
       EXPECT_GE(plan.cluster_blocks, 2) << at;
       EXPECT_LE(plan.cluster_blocks, std::min(t.fused_cluster_max_blocks, h200.max_cluster_blocks)) << at;
@@ -203,31 +206,32 @@ TEST(Planner, SmallProblemsRunFusedAsOneCluster) {
       EXPECT_LE((plan.cluster_blocks - 1) * std::int64_t(plan.row.rows_per_block), m) << at;
     }
   }
-  // above the threshold: the multi-block fused plan with its partial reduce, never a cluster
-  const std::int64_t n = 1024, m = t.fused_cluster_max_elements / n;
+  // above either threshold: the multi-block fused plan with its partial reduce, never a cluster
+  const std::int64_t n = t.fused_cluster_max_cols, m = t.fused_cluster_max_elements / n;
   EXPECT_GT(normkit::plan(backward(m, n, DType::F16, {true, true, true}), h200, Strategy::Fused).cluster_blocks, 0);
   const Plan big = normkit::plan(backward(m + 1, n, DType::F16, {true, true, true}), h200, Strategy::Fused);
   EXPECT_EQ(big.cluster_blocks, 0);
   EXPECT_EQ(big.partial_rows, big.row.blocks);
+  EXPECT_EQ(normkit::plan(backward(16, 2 * n, DType::F16, {true, true, true}), h200, Strategy::Fused).cluster_blocks, 0);
   // rows for one block: it writes dgamma/dbeta itself (direct), no cluster
-  const Plan one = normkit::plan(backward(1, 4096, DType::BF16, {true, true, true}), h200);
+  const Plan one = normkit::plan(backward(1, 512, DType::BF16, {true, true, true}), h200);
   EXPECT_EQ(one.strategy, Strategy::Fused);
   EXPECT_EQ(one.row.blocks, 1);
   EXPECT_EQ(one.cluster_blocks, 0);
   EXPECT_EQ(one.workspace_bytes, 0u);
   // dX only: nothing to reduce, no cluster
-  EXPECT_EQ(normkit::plan(backward(96, 768, DType::F16, {true, false, false}), h200, Strategy::Fused).cluster_blocks, 0);
+  EXPECT_EQ(normkit::plan(backward(96, 256, DType::F16, {true, false, false}), h200, Strategy::Fused).cluster_blocks, 0);
   // a device without clusters: auto keeps the unfused choice, forced fused reduces in a second launch
   DeviceFacts no_clusters = h200;
   no_clusters.max_cluster_blocks = 0;
-  EXPECT_NE(normkit::plan(backward(96, 768, DType::F16, {true, true, true}), no_clusters).strategy, Strategy::Fused);
-  const Plan forced = normkit::plan(backward(96, 768, DType::F16, {true, true, true}), no_clusters, Strategy::Fused);
+  EXPECT_NE(normkit::plan(backward(96, 256, DType::F16, {true, true, true}), no_clusters).strategy, Strategy::Fused);
+  const Plan forced = normkit::plan(backward(96, 256, DType::F16, {true, true, true}), no_clusters, Strategy::Fused);
   EXPECT_EQ(forced.cluster_blocks, 0);
   EXPECT_EQ(forced.partial_rows, forced.row.blocks);
   // the table caps the cluster
   PlannerTable small_clusters;
   small_clusters.fused_cluster_max_blocks = 4;
-  EXPECT_EQ(normkit::plan(backward(192, 1024, DType::BF16, {true, true, true}), h200, Strategy::Auto, small_clusters)
+  EXPECT_EQ(normkit::plan(backward(192, 512, DType::BF16, {true, true, true}), h200, Strategy::Auto, small_clusters)
                 .cluster_blocks,
             4);
 }
@@ -438,6 +442,7 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.fused_gb_min_rows = 555;
   t.fused_cluster_max_elements = 4242;
   t.fused_cluster_max_blocks = 16;
+  t.fused_cluster_max_cols = 333;
   t.column_vec_min_cols = 4096;
   t.column_vec_two_pass_min_rows = 100;
   t.fused_unaligned_max_cols = 5;
