@@ -146,11 +146,12 @@ struct PlannerTable {
   /// Small problems (M x N up to this many elements, N up to fused_cluster_max_cols) run fused as one
   /// launch: a single cluster of up to fused_cluster_max_blocks blocks (capped by
   /// DeviceFacts::max_cluster_blocks) whose partials meet in distributed shared memory. Auto takes it
-  /// only with dX (gamma/beta alone is one tiled launch already). Sweep at d472e85 (bf16, graph,
-  /// docs/NOTES.md entry 16): against dX + tiled (two launches) the cluster won 0.75-0.95x for N <=
-  /// 512 and M x N <= 128K, and lost 1.1-2x for N >= 768 or larger M: the cluster barrier and
-  /// distributed reads cost about what the second launch saves. 0 = never.
-  std::int64_t fused_cluster_max_elements = 1 << 17;
+  /// only with dX (gamma/beta alone is one tiled launch already) and only when the cluster has at
+  /// least two blocks. Probe at d472e85 (bf16, graph, docs/NOTES.md entry 16), against dX + tiled
+  /// (two launches): the cluster won 0.75-0.99x for N <= 512 and M x N <= 64K (one loss, LayerNorm
+  /// 64 x 256: 1.06x), was mixed at 128K (LayerNorm 256 x 512: 1.09x) and lost 1.1-2x for N >= 768:
+  /// the cluster barrier and distributed reads cost about what the second launch saves. 0 = never.
+  std::int64_t fused_cluster_max_elements = 1 << 16;
   std::int64_t fused_cluster_max_cols = 512;
   int fused_cluster_max_blocks = 8;
   // column strips (tiled, two-pass): 16 bytes per lane on vectorised rows, where measured faster

@@ -18,36 +18,6 @@
 namespace normkit::cuda {
 namespace {
 
-/// Sums the block's row groups column by column: `stage` holds `groups` rows of `columns` floats
-/// (groups * columns = blockDim.x * VEC, both powers of two) and emit(c, sum) is called once per
-/// column. With fewer columns than threads, blockDim.x / columns threads share a column (each sums
-/// groups / that many rows, then one of them the shares): narrow rows have many groups per block
-/// (128 at N = 64), which one thread per column summed serially. Fixed order: same bits every run.
-/// Every thread of the block must call it; `stage` is overwritten.
-template <typename Emit>
-__device__ __forceinline__ void sum_row_groups(float* stage, int columns, int groups, Emit&& emit) {
-  const int threads = int(blockDim.x), tid = int(threadIdx.x);
-  if (columns >= threads) {
-    for (int c = tid; c < columns; c += threads) {
-      float sum = 0.f;
-      for (int r = 0; r < groups; ++r) sum += stage[r * columns + c];
-      emit(c, sum);
-    }
-    return;
-  }
-  const int sharers = threads / columns, c = tid % columns, share = tid / columns;
-  float sum = 0.f;
-  for (int r = share; r < groups; r += sharers) sum += stage[r * columns + c];
-  __syncthreads();  // every share has read its rows
-  stage[share * columns + c] = sum;
-  __syncthreads();
-  if (tid < columns) {
-    float total = 0.f;
-    for (int j = 0; j < sharers; ++j) total += stage[j * columns + tid];
-    emit(tid, total);
-  }
-}
-
 /// How the block partials become dgamma/dbeta.
 enum class FusedFinish : int {
   Direct,        // one block: its partial row is the answer
@@ -142,7 +112,15 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
 #pragma unroll
       for (int i = 0; i < VEC; ++i) stage[threadIdx.x * VEC + i] = is_dgamma ? acc_dgamma[k][i] : acc_dbeta[k][i];
       __syncthreads();
-      sum_row_groups(stage, g.threads * VEC, p.rows_per_block, [&](int c, float sum) { emit(k * g.threads * VEC + c, sum); });
+      // One thread per column over the block's row groups. Spreading a column over several threads
+      // (two more barriers per slot) measured slower at 0213d96 wherever it mattered (N = 256..512:
+      // 5.5 -> 7.1 us, bf16 cluster probe), and only 0.1-0.2 us faster at N = 64.
+      const int slot_columns = g.threads * VEC;  // columns covered by slot k across the lanes
+      for (int c = threadIdx.x; c < slot_columns; c += blockDim.x) {
+        float sum = 0.f;
+        for (int group = 0; group < p.rows_per_block; ++group) sum += stage[group * slot_columns + c];
+        emit(k * slot_columns + c, sum);
+      }
     }
   }
   if (arrays == 0) return;

@@ -176,6 +176,11 @@ std::size_t partial_bytes(std::int64_t partial_rows, const Problem& p) {
   return std::size_t(partial_rows) * std::size_t(p.cols) * std::size_t(partial_arrays(p)) * sizeof(float);
 }
 
+/// Row layout of the fused kernel: its fixed block, at most kMaxFusedItems vectors per thread.
+RowShape fused_row_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+  return row_shape(p, device, t, kMaxFusedItems, kFusedBlockThreads, kFusedBlockThreads);
+}
+
 /// Blocks of a fused plan that runs as one thread-block cluster (0: not a cluster): small problems
 /// with gamma/beta to reduce, on devices with clusters. As many blocks as give each a row group's
 /// worth of rows, at most the cluster size.
@@ -190,10 +195,11 @@ int fused_cluster_blocks(const Problem& p, const DeviceFacts& device, const Plan
 
 Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   // With dX, fused saves the unfused second read of x and dy; without it, only launches. Small
-  // problems with dX take it as one cluster launch (fused_cluster_max_elements / _cols).
-  const bool small = p.mask.dx && p.mask.any_gamma_beta() && device.max_cluster_blocks >= 2 &&
-                     t.fused_cluster_max_blocks >= 2 && p.rows * p.cols <= t.fused_cluster_max_elements &&
-                     p.cols <= t.fused_cluster_max_cols;
+  // problems with dX take it where it is one cluster launch (fused_cluster_max_elements / _cols); a
+  // fused grid of one block (too few rows for two) lost to dX + tiled (1.2-1.5x at M <= 64, N = 64,
+  // probe at d472e85).
+  const bool small = p.mask.dx && p.mask.any_gamma_beta() &&
+                     fused_cluster_blocks(p, device, t, fused_row_shape(p, device, t).rows_per_block) >= 2;
   const bool fused_size = small || (p.mask.dx ? (p.rows * p.cols >= t.fused_min_elements || p.rows >= t.fused_min_rows)
                                               : p.rows >= t.fused_gb_min_rows);
   const bool fused_layout = vector_width(p) > 1 || p.cols <= t.fused_unaligned_max_cols;
@@ -264,7 +270,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
   out.partial_arrays = partial_arrays(p);
 
   if (strategy == Strategy::Fused) {
-    out.row = row_shape(p, device, t, kMaxFusedItems, kFusedBlockThreads, kFusedBlockThreads);
+    out.row = fused_row_shape(p, device, t);
     // Persistent grid: kFusedBlocksPerSm co-resident blocks per SM (the kernel's launch bounds
     // guarantee the registers), fewer when M is small so the partials stay small.
     const std::int64_t rows_per_block_min = std::int64_t(out.row.rows_per_block) * t.fused_min_rows_per_block;

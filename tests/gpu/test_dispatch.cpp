@@ -238,11 +238,11 @@ TEST_P(FusedCluster, OneClusterLaunchMatchesReferenceWithTheSameBitsEveryRun) {
 INSTANTIATE_TEST_SUITE_P(Dispatch, FusedCluster,
                          testing::Values(ln_spec("cluster_ln_M32_N512_f16", 32, 512, DT::F16),
                                          ln_spec("cluster_ln_M97_N256_bf16", 97, 256, DT::BF16),
-                                         rms_spec("cluster_rms_M192_N512_bf16", 192, 512, DT::BF16),
+                                         rms_spec("cluster_rms_M128_N512_bf16", 128, 512, DT::BF16),
                                          ln_spec("cluster_ln_M255_N64_bf16", 255, 64, DT::BF16),
-                                         ln_spec("cluster_ln_M300_N400_f32", 300, 400, DT::F32),
-                                         ln_spec("cluster_ln_M2047_N64_f16", 2047, 64, DT::F16),
-                                         rms_spec("cluster_rms_M256_N512_f16", 256, 512, DT::F16)),
+                                         ln_spec("cluster_ln_M150_N400_f32", 150, 400, DT::F32),
+                                         ln_spec("cluster_ln_M1023_N64_f16", 1023, 64, DT::F16),
+                                         rms_spec("cluster_rms_M200_N320_f16", 200, 320, DT::F16)),
                          [](const testing::TestParamInfo<Spec>& info) { return info.param.name; });
 
 }  // namespace
