@@ -414,7 +414,7 @@ PlannerTable load_planner_table(const std::string& path) {
     else if (key == "fused_cluster_max_elements") t.fused_cluster_max_elements = v;
     else if (key == "fused_cluster_max_cols") t.fused_cluster_max_cols = v;
     else if (key == "fused_cluster_max_blocks") {
-      if (v > 16) fail("fused_cluster_max_blocks must be at most 16");
+      if (v > 8) fail("fused_cluster_max_blocks must be at most 8 (the portable cluster size normkit launches)");
       t.fused_cluster_max_blocks = int(v);
     }
     else if (key == "fused_min_rows_per_block") t.fused_min_rows_per_block = std::max<long long>(v, 1);

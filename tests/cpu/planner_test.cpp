@@ -443,7 +443,7 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.fused_min_rows = 777;
   t.fused_gb_min_rows = 555;
   t.fused_cluster_max_elements = 4242;
-  t.fused_cluster_max_blocks = 16;
+  t.fused_cluster_max_blocks = 4;
   t.fused_cluster_max_cols = 333;
   t.column_vec_min_cols = 4096;
   t.column_vec_two_pass_min_rows = 100;
@@ -471,6 +471,8 @@ TEST(PlannerTable, MalformedFileNamesTheLine) {
   { std::ofstream(path) << "row_block_threads = 300\n"; }
   EXPECT_THROW(load_planner_table(path), Error);
   { std::ofstream(path) << "row_pipeline_stages = 9\n"; }
+  EXPECT_THROW(load_planner_table(path), Error);
+  { std::ofstream(path) << "fused_cluster_max_blocks = 16\n"; }  // beyond the portable cluster size
   EXPECT_THROW(load_planner_table(path), Error);
   EXPECT_THROW(load_planner_table(path + ".missing"), Error);
   std::remove(path.c_str());
