@@ -11,12 +11,13 @@ command -v nvcc >/dev/null || { echo "prebuild: nvcc not found" >&2; exit 1; }
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
   -DNORMKIT_PTXAS_VERBOSE=ON > /dev/null
 cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" > "$BUILD/ptxas.log" 2>&1 || { tail -n 40 "$BUILD/ptxas.log"; exit 1; }
-rm -rf "$OUT"
 mkdir -p "$OUT"
 # stripped and xz-compressed (gpu-check.sh unpacks them): the device tool carries at most 64 MiB
 for bin in tests/normkit_gpu_tests tests/normkit_cpu_tests bench/normkit-bench; do
-  strip -o "$OUT/$(basename "$bin")" "$BUILD/$bin"
-  xz -T0 -6 "$OUT/$(basename "$bin")"
+  name=$(basename "$bin")
+  rm -f "$OUT/$name" "$OUT/$name.xz"  # only what this script writes: OUT may be any folder
+  strip -o "$OUT/$name" "$BUILD/$bin"
+  xz -T0 -6 "$OUT/$name"
 done
 grep -q '^/.prebuilt/' "$ROOT/.git/info/exclude" 2>/dev/null || echo '/.prebuilt/' >> "$ROOT/.git/info/exclude"
 du -sh "$OUT"
