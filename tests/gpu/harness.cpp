@@ -753,6 +753,12 @@ void expect_backward_matches(const HostCase& hc, const BackwardOut& out, const R
   }
 }
 
+void expect_same_bits(const BackwardOut& a, const BackwardOut& b, const std::string& what) {
+  EXPECT_TRUE(a.dx.bytes == b.dx.bytes) << what << ": dx differs between identical calls";
+  EXPECT_TRUE(a.dweight.bytes == b.dweight.bytes) << what << ": dweight differs between identical calls";
+  EXPECT_TRUE(a.dbias.bytes == b.dbias.bytes) << what << ": dbias differs between identical calls";
+}
+
 bool check_backward(const HostCase& hc, const DeviceCase& dc, const RefBackward& ref, Mask mask, Strategy strategy,
                     cudaStream_t stream, WsMode ws, double floor) {
   SCOPED_TRACE(hc.spec.name + " strategy=" + strategy_id(strategy) + " mask=" + mask_id(mask) +

@@ -211,6 +211,8 @@ BackwardOut gpu_backward(const HostCase& hc, const DeviceCase& dc, Mask mask, St
 /// `floor`: denominator floor for outputs whose reference is (close to) zero (N = 1).
 void expect_backward_matches(const HostCase& hc, const BackwardOut& out, const RefBackward& ref,
                              double floor = 1e-30);
+/// Bitwise repeatability: dx, dweight and dbias of two identical calls are the same bytes.
+void expect_same_bits(const BackwardOut& a, const BackwardOut& b, const std::string& what);
 /// gpu_backward + expect_backward_matches; returns whether the strategy ran.
 bool check_backward(const HostCase& hc, const DeviceCase& dc, const RefBackward& ref, Mask mask,
                     Strategy strategy, cudaStream_t stream = test_stream(), WsMode ws = WsMode::Explicit,

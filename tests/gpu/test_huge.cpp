@@ -117,14 +117,6 @@ INSTANTIATE_TEST_SUITE_P(SeedXfail, HugeMUndefinedWeight,
 
 // ---- bitwise repeatability ----
 
-bool same_bits(const HostBuffer& a, const HostBuffer& b) { return a.bytes == b.bytes; }
-
-void expect_same_bits(const BackwardOut& a, const BackwardOut& b, const std::string& what) {
-  EXPECT_TRUE(same_bits(a.dx, b.dx)) << what << ": dx differs between identical calls";
-  EXPECT_TRUE(same_bits(a.dweight, b.dweight)) << what << ": dweight differs between identical calls";
-  EXPECT_TRUE(same_bits(a.dbias, b.dbias)) << what << ": dbias differs between identical calls";
-}
-
 class Repeatability : public testing::TestWithParam<Spec> {};
 
 TEST_P(Repeatability, SameCallTwiceGivesIdenticalBits) {
