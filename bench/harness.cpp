@@ -208,6 +208,7 @@ normkit::ExecConfig Setup::config(Strategy strategy) const {
   c.device = backend_.device();
   c.stream = backend_.stream();
   c.strategy = strategy;
+  c.table = table_;
   return c;
 }
 
@@ -318,7 +319,9 @@ normkit::Plan Setup::plan(OpKind op, Strategy strategy) const {
     case OpKind::LnGb: return normkit::plan_layer_norm_backward(ln_bwd_args(0, op == OpKind::LnBwd), config(strategy));
     case OpKind::RmsBwd:
     case OpKind::RmsGb: return normkit::plan_rms_norm_backward(rms_bwd_args(0, op == OpKind::RmsBwd), config(strategy));
-    default: return normkit::plan(problem(op), backend_.planner_facts(), Strategy::Auto);
+    default:
+      return normkit::plan(problem(op), backend_.planner_facts(), Strategy::Auto,
+                           table_ != nullptr ? *table_ : normkit::default_planner_table());
   }
 }
 

@@ -87,6 +87,9 @@ class Setup {
   std::size_t set_bytes() const { return set_bytes_; }
 
   normkit::ExecConfig config(normkit::Strategy strategy) const;
+  /// Planner table of every call made through this setup (nullptr: the library's default); the
+  /// caller keeps it alive. --tune times plans that the default table would not choose with it.
+  void set_table(const normkit::PlannerTable* table) { table_ = table; }
   /// Runs `op` on buffer set `set` (workspace must have been ensured for backward ops).
   void run(OpKind op, normkit::Strategy strategy, std::int64_t set);
   /// Workspace query (throws normkit::Error when the strategy cannot serve the op) and growth.
@@ -118,6 +121,7 @@ class Setup {
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
   std::vector<void*> allocations_;
+  const normkit::PlannerTable* table_ = nullptr;
 };
 
 /// One measurement's outcome.

@@ -733,6 +733,86 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   best_table.fused_enabled =
       fused_points ? fused_geo < 1.0 : normkit::default_planner_table().fused_enabled;
 
+  // 3) The fused backward as one thread-block cluster (small full backwards, one launch) against the
+  // best other plan -- tiled, two-pass, or fused reducing in a second launch -- on a grid of small
+  // shapes; fused_cluster_max_elements / _cols chosen by the same regret score as step 1.
+  struct ClusterPoint {
+    OpKind op;
+    std::int64_t m, n;
+    double cluster, other;
+  };
+  std::vector<ClusterPoint> cluster_points;
+  normkit::PlannerTable cluster_everywhere = normkit::default_planner_table(), no_cluster = cluster_everywhere;
+  cluster_everywhere.fused_cluster_max_elements = std::numeric_limits<std::int64_t>::max() / 2;
+  cluster_everywhere.fused_cluster_max_cols = std::numeric_limits<std::int64_t>::max() / 2;
+  no_cluster.fused_cluster_max_elements = 0;
+  const std::vector<std::int64_t> cluster_n = {64, 256, 512, 768, 1024, 2048};
+  const std::vector<std::int64_t> cluster_m = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+  if (facts.max_cluster_blocks >= 2) {
+    for (bool rms : {false, true}) {
+      const OpKind op = rms ? OpKind::RmsBwd : OpKind::LnBwd;
+      for (std::int64_t n : cluster_n)
+        for (std::int64_t m : cluster_m) {
+          std::string why;
+          if (cpu_too_big(ctx, m, n, &why)) continue;
+          std::fprintf(stderr, "\r[tune] cluster %s M=%lld N=%lld        ", op_kind_name(op), (long long)m, (long long)n);
+          std::fflush(stderr);
+          auto setup = make_setup(ctx, rms, m, n, dtype, &why);
+          if (!setup) continue;
+          setup->set_table(&cluster_everywhere);
+          try {
+            if (setup->plan_with_table(op, Strategy::Fused, cluster_everywhere).cluster_blocks < 2) continue;
+          } catch (const normkit::Error&) {
+            continue;  // fused cannot serve this row (e.g. unaligned): nothing to compare
+          }
+          const Timing cluster = measure(*ctx.backend, *setup, op, Strategy::Fused, mode, ctx.params);
+          note_failure(ctx, "tune", cluster);
+          records.push_back(timing_record(ctx, "tune", "cluster", *setup, op, Strategy::Fused, mode, cluster));
+          setup->set_table(&no_cluster);
+          double other = kNaN;
+          for (Strategy st : {Strategy::Tiled, Strategy::TwoPass, Strategy::Fused}) {
+            const Timing t = measure(*ctx.backend, *setup, op, st, mode, ctx.params);
+            note_failure(ctx, "tune", t);
+            records.push_back(timing_record(ctx, "tune", "no_cluster", *setup, op, st, mode, t));
+            if (t.ok && !(t.mean_us >= other)) other = t.mean_us;
+          }
+          if (cluster.ok && std::isfinite(other)) cluster_points.push_back({op, m, n, cluster.mean_us, other});
+        }
+    }
+  }
+  std::fprintf(stderr, "\n");
+  // Regret of a rule "cluster when M x N <= elements and N <= cols" (elements = 0: never).
+  auto cluster_score = [&](std::int64_t elements, std::int64_t cols) {
+    double sum = 0;
+    for (const ClusterPoint& p : cluster_points) {
+      const double chosen = p.m * p.n <= elements && p.n <= cols ? p.cluster : p.other;
+      sum += std::log(chosen / std::min(p.cluster, p.other));
+    }
+    return cluster_points.empty() ? kNaN : std::exp(sum / double(cluster_points.size()));
+  };
+  const double cluster_default_score =
+      cluster_score(best_table.fused_cluster_max_elements, best_table.fused_cluster_max_cols);
+  double cluster_best_score = cluster_default_score;
+  if (!cluster_points.empty()) {
+    for (std::int64_t elements = 0; elements <= (std::int64_t(1) << 22); elements = elements ? elements * 2 : 4096)
+      for (std::int64_t cols : cluster_n) {
+        const double sc = cluster_score(elements, cols);
+        if (sc < cluster_best_score - 1e-6) {
+          cluster_best_score = sc;
+          best_table.fused_cluster_max_elements = elements;
+          best_table.fused_cluster_max_cols = cols;
+        }
+      }
+  }
+  Table cluster_table;
+  cluster_table.header = {"op", "M", "N", "cluster (µs)", "best other (µs)", "cluster / other", "tuned rule picks"};
+  for (const ClusterPoint& p : cluster_points)
+    cluster_table.rows.push_back(
+        {op_kind_name(p.op), std::to_string(p.m), std::to_string(p.n), fmt(p.cluster), fmt(p.other),
+         fmt(p.cluster / p.other, 3),
+         p.m * p.n <= best_table.fused_cluster_max_elements && p.n <= best_table.fused_cluster_max_cols ? "cluster"
+                                                                                                         : "other"});
+
   write_file(path, normkit::format_planner_table(best_table));
 
   std::ostringstream md;
@@ -749,6 +829,14 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   md << "- fused vs best unfused, geometric mean over " << fused_points << " large shapes: " << fmt(fused_geo, 3)
      << " -> fused_enabled = " << (best_table.fused_enabled ? 1 : 0) << "\n\n";
   md << fused_table.markdown() << "\n";
+  md << "Fused as one thread-block cluster (full backward, small shapes; " << cluster_points.size()
+     << " points): against the best of tiled, two-pass and fused with a second launch. Default rule (M x N <= "
+     << normkit::default_planner_table().fused_cluster_max_elements << ", N <= "
+     << normkit::default_planner_table().fused_cluster_max_cols << ") score " << fmt(cluster_default_score, 4)
+     << "; tuned rule (M x N <= " << best_table.fused_cluster_max_elements << ", N <= "
+     << best_table.fused_cluster_max_cols << ") score " << fmt(cluster_best_score, 4)
+     << (facts.max_cluster_blocks >= 2 ? "" : " (this device has no thread-block clusters: not measured)") << "\n\n";
+  md << cluster_table.markdown() << "\n";
   md << "Wrote " << path << ":\n\n```\n" << normkit::format_planner_table(best_table) << "```\n";
   std::cout << md.str();
   Record meta = meta_record(ctx, "tune");
@@ -759,7 +847,13 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   meta.push_back({"tuned_two_pass_min_rows_per_part", best_table.two_pass_min_rows_per_part});
   meta.push_back({"fused_over_unfused_geomean", fused_geo});
   meta.push_back({"fused_enabled", best_table.fused_enabled});
-  write_outputs(out, meta, records, {{"fused_vs_unfused", table_records(fused_table)}}, md.str());
+  meta.push_back({"tuned_fused_cluster_max_elements", best_table.fused_cluster_max_elements});
+  meta.push_back({"tuned_fused_cluster_max_cols", best_table.fused_cluster_max_cols});
+  meta.push_back({"cluster_default_score", cluster_default_score});
+  meta.push_back({"cluster_tuned_score", cluster_best_score});
+  write_outputs(out, meta, records,
+                {{"fused_vs_unfused", table_records(fused_table)}, {"cluster_vs_other", table_records(cluster_table)}},
+                md.str());
   return 0;
 }
 

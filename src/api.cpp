@@ -12,17 +12,21 @@ namespace {
 using detail::BackwardProblem;
 using detail::ForwardProblem;
 
+const PlannerTable& table_of(const ExecConfig& config) {
+  return config.table != nullptr ? *config.table : default_planner_table();
+}
+
 Plan plan_for(const ForwardProblem& p, const ExecConfig& config) {
   // Forward has no gamma/beta strategy: a forced one is meaningless and rejected.
   if (config.strategy != Strategy::Auto)
     throw Error(std::string("normkit forward: argument 'strategy' must be auto for forward ops, got ") +
                 strategy_name(config.strategy));
-  return plan(detail::planner_problem(p), detail::cuda_device_facts());
+  return plan(detail::planner_problem(p), detail::cuda_device_facts(), Strategy::Auto, table_of(config));
 }
 
 Plan plan_for(const BackwardProblem& p, const ExecConfig& config) {
   const DeviceFacts facts = config.device == Device::Cuda ? detail::cuda_device_facts() : DeviceFacts{};
-  return plan(detail::planner_problem(p), facts, config.strategy);
+  return plan(detail::planner_problem(p), facts, config.strategy, table_of(config));
 }
 
 void run_forward(const ForwardProblem& p, const ExecConfig& config) {

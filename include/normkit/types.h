@@ -89,11 +89,16 @@ struct Workspace {
   std::size_t bytes = 0;
 };
 
+struct PlannerTable;  // normkit/plan.h
+
 /// Where and how a call runs.
 struct ExecConfig {
   Device device = Device::Cuda;
   CUstream_st* stream = nullptr;  ///< CUDA stream (nullptr = legacy default stream); ignored on CPU.
   Strategy strategy = Strategy::Auto;
+  /// The planner's thresholds for this call (nullptr: default_planner_table(), i.e. the built-in
+  /// H200 table or the file NORMKIT_PLANNER_TABLE names). Must outlive the call.
+  const PlannerTable* table = nullptr;
 };
 
 }  // namespace normkit

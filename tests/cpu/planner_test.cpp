@@ -7,7 +7,9 @@
 #include <fstream>
 #include <string>
 #include <tuple>
+#include <vector>
 
+#include "normkit/normkit.h"
 #include "normkit/plan.h"
 
 namespace normkit {
@@ -431,6 +433,30 @@ TEST(Planner, ColumnStripsAreVectorisedOnlyWhereMeasuredFaster) {
   EXPECT_EQ(vec(7, t.column_vec_min_cols, Strategy::Tiled), 8);
   EXPECT_EQ(vec(7, t.column_vec_min_cols / 2, Strategy::Tiled), 1);
   EXPECT_EQ(vec(1024, t.column_vec_min_cols, Strategy::TwoPass), 8);
+}
+
+// ExecConfig::table reaches the planner of a call (the bench's --tune times plans with it).
+TEST(PlannerTable, ExecConfigTableIsThePlannersTableForThatCall) {
+  const std::int64_t m = default_planner_table().fused_min_rows, n = 64;  // fused by rows alone (default)
+  std::vector<float> x(std::size_t(m * n), 0.5f), dy(std::size_t(m * n), 0.25f), dx(std::size_t(m * n));
+  std::vector<float> mean(std::size_t(m), 0.f), rstd(std::size_t(m), 1.f), w(n, 1.f), dw(n), db(n);
+  LayerNormBackwardArgs a;
+  a.dy = ConstRows{dy.data(), DType::F32, m, n};
+  a.x = ConstRows{x.data(), DType::F32, m, n};
+  a.mean = ConstVec{mean.data(), DType::F32, m};
+  a.rstd = ConstVec{rstd.data(), DType::F32, m};
+  a.weight = ConstVec{w.data(), DType::F32, n};
+  a.dx = Rows{dx.data(), DType::F32, m, n};
+  a.dweight = Vec{dw.data(), DType::F32, n};
+  a.dbias = Vec{db.data(), DType::F32, n};
+  ExecConfig config{Device::Cpu};
+  EXPECT_EQ(plan_layer_norm_backward(a, config).strategy, Strategy::Fused);
+  PlannerTable unfused;
+  unfused.fused_enabled = false;
+  config.table = &unfused;
+  EXPECT_NE(plan_layer_norm_backward(a, config).strategy, Strategy::Fused);
+  EXPECT_EQ(plan_layer_norm_backward(a, config).strategy,
+            normkit::plan(backward(m, n, DType::F32, {true, true, true}), DeviceFacts{}, Strategy::Auto, unfused).strategy);
 }
 
 TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
