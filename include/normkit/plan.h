@@ -39,6 +39,8 @@ struct DeviceFacts {
   int max_threads_per_block = 1024;
   /// Blocks a thread-block cluster may hold (sm_90 and later: 8, the portable size; 0 = no clusters).
   int max_cluster_blocks = 8;
+  /// Programmatic dependent launch (sm_90 on): a kernel may start before the previous one ends.
+  bool programmatic_launch = true;
   static DeviceFacts h200() { return {}; }
 };
 
@@ -98,6 +100,9 @@ struct Plan {
   /// partials through distributed shared memory and write dgamma/dbeta themselves (one launch, no
   /// workspace); 0 = not a cluster
   int cluster_blocks = 0;
+  /// The call's second kernel (gamma/beta after dX, a partial reduce after its partials) is launched
+  /// programmatically: it may start while the first still runs (PlannerTable::programmatic_launch)
+  bool programmatic_launch = false;
   std::size_t workspace_bytes = 0;
   std::string describe() const;   ///< one line, e.g. "two_pass parts=33 row=vec8x1/64t"
 };
@@ -154,6 +159,9 @@ struct PlannerTable {
   std::int64_t fused_cluster_max_elements = 1 << 16;
   std::int64_t fused_cluster_max_cols = 512;
   int fused_cluster_max_blocks = 8;
+  /// Launch a backward's second kernel programmatically (DeviceFacts::programmatic_launch): it hides
+  /// that launch's latency and lets gamma/beta run beside dX. Not yet measured (branch next/pdl).
+  bool programmatic_launch = true;
   // column strips (tiled, two-pass): 16 bytes per lane on vectorised rows, where measured faster
   /// Vectorised strips from this N on (both strategies). bf16, graph: at N = 65536 / 262144 tiled
   /// 2-2.3x faster than scalar strips at every M; at N = 16384 1.6x at M = 1024..4097 and 4-7 %

@@ -111,6 +111,7 @@ template <typename T, typename W>
 __global__ void __launch_bounds__(1024) reduce_partials_kernel(const BackwardParams<T, W> p, const float* partials,
                                                                std::int64_t partial_rows) {
   extern __shared__ float smem[];
+  wait_for_previous_kernel();  // the partials are the previous kernel's output
   W* out[2];
   const int arrays = gamma_beta_outputs(p, out);
   reduce_partials<W>(partials, partial_rows, p.cols, arrays, out, blockIdx.x, gridDim.x, int(threadIdx.x),
@@ -118,14 +119,16 @@ __global__ void __launch_bounds__(1024) reduce_partials_kernel(const BackwardPar
 }
 
 /// Launches the partial reduce (two-pass pass 2, fused second launch): one block per 32-column strip
-/// of N, columns.reduce_block_y thread rows each.
+/// of N, columns.reduce_block_y thread rows each; programmatically when the plan says so (it waits
+/// for the partials before reading them).
 template <typename T, typename W>
 void launch_reduce_partials(const BackwardParams<T, W>& params, const float* partials, std::int64_t partial_rows,
-                            const ColumnShape& columns, cudaStream_t stream) {
+                            const ColumnShape& columns, bool programmatic, cudaStream_t stream) {
   const dim3 block(unsigned(kWarpSize), unsigned(columns.reduce_block_y));
   const std::size_t smem = sizeof(float) * kWarpSize * std::size_t(columns.reduce_block_y);
   const unsigned strips = unsigned((std::int64_t(params.cols) + kWarpSize - 1) / kWarpSize);
-  reduce_partials_kernel<T, W><<<strips, block, smem, stream>>>(params, partials, partial_rows);
+  launch_kernel(reduce_partials_kernel<T, W>, dim3(strips), block, smem, stream, programmatic,
+                "reduce_partials_kernel launch", params, partials, partial_rows);
   check_launch("reduce_partials_kernel");
 }
 

@@ -28,6 +28,48 @@ inline void check(cudaError_t status, const char* what) {
 /// After every launch: configuration errors surface here, not at the next unrelated call.
 inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
 
+// ---- programmatic dependent launch (sm_90 on) ----
+// The second kernel of a backward (gamma/beta after dX, the partial reduce after its partials) is
+// launched "programmatically": it may start while the kernel before it in the stream still runs,
+// which hides its launch latency and, for gamma/beta next to dX (both only read x and dy), overlaps
+// the two. Rules that keep stream order intact for everything after them:
+//   * a kernel that lets its successor start early calls allow_dependent_launch();
+//   * a programmatically launched kernel calls wait_for_previous_kernel() before it reads what the
+//     previous kernel writes, and in any case before it exits (so that its completion still implies
+//     the previous kernel's, which the next, normally launched kernel relies on);
+//   * the first kernel of a call is always launched normally: its predecessor is the caller's.
+// Both instructions are no-ops in a kernel that was not launched that way.
+
+/// Lets the next kernel in the stream, when launched programmatically, start now.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+/// Waits until the previous kernel in the stream has completed and its writes are visible.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/// kernel<<<grid, block, smem, stream>>>(args...), programmatically when `programmatic` (see above).
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                   bool programmatic, const char* what, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = programmatic ? 1 : 0;
+  check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), what);
+}
+
 /// Lets `kernel` take `bytes` of dynamic shared memory on the current device (above 48 KB it must be
 /// asked for). Asked once per kernel and device, so that launches inside a CUDA graph capture that
 /// follow a first eager call make no attribute calls.

@@ -30,6 +30,7 @@ DeviceFacts cuda_device_facts() {
     facts.warp_size = prop.warpSize;
     facts.max_threads_per_block = prop.maxThreadsPerBlock;
     facts.max_cluster_blocks = prop.major >= 9 ? 8 : 0;  // thread-block clusters: sm_90 on, 8 portable
+    facts.programmatic_launch = prop.major >= 9;         // programmatic dependent launch: sm_90 on
     if (facts.warp_size != kWarpSize)
       throw CudaError("normkit: device warp size " + std::to_string(facts.warp_size) + " but kernels are built for " +
                       std::to_string(kWarpSize));
@@ -115,10 +116,12 @@ void cuda_backward(const BackwardProblem& p, const Plan& plan, void* workspace, 
     }
     cuda::launch_backward_dx<T, W>(p, plan, stream);
     if (!plan.mask.any_gamma_beta()) return;
+    // gamma/beta next to dX (both only read x and dy); launched normally when it is the call's first kernel
+    const bool programmatic = plan.programmatic_launch && plan.mask.dx;
     switch (plan.strategy) {
-      case Strategy::Simple: cuda::launch_gamma_beta_simple<T, W>(p, plan, stream); break;
-      case Strategy::Tiled: cuda::launch_gamma_beta_tiled<T, W>(p, plan, stream); break;
-      case Strategy::TwoPass: cuda::launch_gamma_beta_two_pass<T, W>(p, plan, partials, stream); break;
+      case Strategy::Simple: cuda::launch_gamma_beta_simple<T, W>(p, plan, programmatic, stream); break;
+      case Strategy::Tiled: cuda::launch_gamma_beta_tiled<T, W>(p, plan, programmatic, stream); break;
+      case Strategy::TwoPass: cuda::launch_gamma_beta_two_pass<T, W>(p, plan, partials, programmatic, stream); break;
       default: throw CudaError("normkit: internal error: unplanned strategy");
     }
   });

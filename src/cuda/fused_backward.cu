@@ -54,6 +54,7 @@ template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
 __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
     fused_backward_kernel(const BackwardParams<T, W> p, float* partials, FusedFinish finish) {
   __shared__ float scratch[2 * kFusedBlockThreads / kWarpSize];
+  allow_dependent_launch();  // the partial reduce may be scheduled now; it waits for the partials itself
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
   const bool want_dx = p.dx.data != nullptr;
 
@@ -175,7 +176,7 @@ void launch_fused_backward(const BackwardProblem& p, const Plan& plan, float* pa
   });
   check_launch("fused_backward_kernel");
   if (finish == FusedFinish::SecondLaunch && p.mask().any_gamma_beta())
-    launch_reduce_partials<T, W>(params, partials, plan.partial_rows, plan.columns, stream);
+    launch_reduce_partials<T, W>(params, partials, plan.partial_rows, plan.columns, plan.programmatic_launch, stream);
 }
 
 #define NORMKIT_INSTANTIATE(T, W) \

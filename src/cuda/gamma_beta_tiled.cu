@@ -10,6 +10,7 @@ namespace {
 template <typename T, typename W, bool kRms, int RPT, int VEC>
 __global__ void __launch_bounds__(1024) gamma_beta_tiled_kernel(const BackwardParams<T, W> p) {
   extern __shared__ float smem[];  // VEC * blockDim.x * blockDim.y
+  allow_dependent_launch();
   const int strip = int(blockIdx.x) * int(blockDim.x) * VEC;
   const int col = strip + int(threadIdx.x) * VEC;
   float dgamma[VEC], dbeta[VEC];
@@ -22,21 +23,20 @@ __global__ void __launch_bounds__(1024) gamma_beta_tiled_kernel(const BackwardPa
     sum_over_thread_rows<VEC>(dbeta, smem, [&](int c, float total) {
       if (strip + c < p.cols) p.dbias[strip + c] = from_float<W>(total);
     });
+  wait_for_previous_kernel();  // launched next to dX: complete only after it (see common.cuh)
 }
 
 }  // namespace
 
 template <typename T, typename W>
-void launch_gamma_beta_tiled(const BackwardProblem& p, const Plan& plan, cudaStream_t stream) {
+void launch_gamma_beta_tiled(const BackwardProblem& p, const Plan& plan, bool programmatic, cudaStream_t stream) {
   const BackwardParams<T, W> params = make_backward_params<T, W>(p, plan);
   const ColumnShape& c = plan.columns;
   const dim3 grid(unsigned(c.col_blocks)), block(unsigned(c.block_x), unsigned(c.block_y));
   const std::size_t smem = column_block_smem(c);
   auto launch = [&](auto rpt, auto vec) {
-    if (p.rms)
-      gamma_beta_tiled_kernel<T, W, true, rpt(), vec()><<<grid, block, smem, stream>>>(params);
-    else
-      gamma_beta_tiled_kernel<T, W, false, rpt(), vec()><<<grid, block, smem, stream>>>(params);
+    launch_kernel(p.rms ? gamma_beta_tiled_kernel<T, W, true, rpt(), vec()> : gamma_beta_tiled_kernel<T, W, false, rpt(), vec()>,
+                  grid, block, smem, stream, programmatic, "gamma_beta_tiled_kernel launch", params);
   };
   constexpr int kVec = int(16 / sizeof(T));
   const auto fail = [&] {
@@ -63,7 +63,7 @@ void launch_gamma_beta_tiled(const BackwardProblem& p, const Plan& plan, cudaStr
 }
 
 #define NORMKIT_INSTANTIATE(T, W) \
-  template void launch_gamma_beta_tiled<T, W>(const BackwardProblem&, const Plan&, cudaStream_t);
+  template void launch_gamma_beta_tiled<T, W>(const BackwardProblem&, const Plan&, bool, cudaStream_t);
 NORMKIT_FOR_EACH_TYPE_PAIR(NORMKIT_INSTANTIATE)
 #undef NORMKIT_INSTANTIATE
 

@@ -12,6 +12,7 @@ template <typename T, typename W, bool kRms, int RPT, int VEC>
 __global__ void __launch_bounds__(1024)
     two_pass_partials_kernel(const BackwardParams<T, W> p, float* partials, std::int64_t parts, std::int64_t rows_per_part) {
   extern __shared__ float smem[];  // VEC * blockDim.x * blockDim.y
+  allow_dependent_launch();  // pass 2 may be scheduled now; it waits for these partials itself
   const int strip = int(blockIdx.x) * int(blockDim.x) * VEC;
   const int col = strip + int(threadIdx.x) * VEC;
   const std::int64_t part = blockIdx.y;
@@ -32,21 +33,22 @@ __global__ void __launch_bounds__(1024)
     sum_over_thread_rows<VEC>(dbeta, smem, [&](int c, float total) {
       if (strip + c < p.cols) row[c] = total;
     });
+  wait_for_previous_kernel();  // launched next to dX: complete only after it (see common.cuh)
 }
 
 }  // namespace
 
 template <typename T, typename W>
-void launch_gamma_beta_two_pass(const BackwardProblem& p, const Plan& plan, float* partials, cudaStream_t stream) {
+void launch_gamma_beta_two_pass(const BackwardProblem& p, const Plan& plan, float* partials, bool programmatic,
+                                cudaStream_t stream) {
   const BackwardParams<T, W> params = make_backward_params<T, W>(p, plan);
   const ColumnShape& c = plan.columns;
   const dim3 grid(unsigned(c.col_blocks), unsigned(c.row_parts)), block(unsigned(c.block_x), unsigned(c.block_y));
   const std::size_t smem = column_block_smem(c);
   auto launch = [&](auto rpt, auto vec) {
-    if (p.rms)
-      two_pass_partials_kernel<T, W, true, rpt(), vec()><<<grid, block, smem, stream>>>(params, partials, c.row_parts, c.rows_per_part);
-    else
-      two_pass_partials_kernel<T, W, false, rpt(), vec()><<<grid, block, smem, stream>>>(params, partials, c.row_parts, c.rows_per_part);
+    launch_kernel(p.rms ? two_pass_partials_kernel<T, W, true, rpt(), vec()> : two_pass_partials_kernel<T, W, false, rpt(), vec()>,
+                  grid, block, smem, stream, programmatic, "two_pass_partials_kernel launch", params, partials,
+                  c.row_parts, c.rows_per_part);
   };
   constexpr int kVec = int(16 / sizeof(T));
   if (c.vec == 1 && c.rows_per_thread == 4) launch(IntConst<4>{}, IntConst<1>{});
@@ -56,11 +58,11 @@ void launch_gamma_beta_two_pass(const BackwardProblem& p, const Plan& plan, floa
                     std::to_string(c.rows_per_thread) + ", vec = " + std::to_string(c.vec));
   check_launch("two_pass_partials_kernel");
 
-  launch_reduce_partials<T, W>(params, partials, c.row_parts, c, stream);
+  launch_reduce_partials<T, W>(params, partials, c.row_parts, c, plan.programmatic_launch, stream);
 }
 
 #define NORMKIT_INSTANTIATE(T, W) \
-  template void launch_gamma_beta_two_pass<T, W>(const BackwardProblem&, const Plan&, float*, cudaStream_t);
+  template void launch_gamma_beta_two_pass<T, W>(const BackwardProblem&, const Plan&, float*, bool, cudaStream_t);
 NORMKIT_FOR_EACH_TYPE_PAIR(NORMKIT_INSTANTIATE)
 #undef NORMKIT_INSTANTIATE
 

@@ -20,13 +20,15 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
 template <typename T, typename W>
 void launch_backward_dx(const BackwardProblem& p, const Plan& plan, cudaStream_t stream);
 
-/// gamma_beta_simple.cu / _tiled.cu / _two_pass.cu: dweight and/or dbias.
+/// gamma_beta_simple.cu / _tiled.cu / _two_pass.cu: dweight and/or dbias. `programmatic`: launched
+/// to overlap the dX kernel just launched before it (common.cuh, programmatic dependent launch).
 template <typename T, typename W>
-void launch_gamma_beta_simple(const BackwardProblem& p, const Plan& plan, cudaStream_t stream);
+void launch_gamma_beta_simple(const BackwardProblem& p, const Plan& plan, bool programmatic, cudaStream_t stream);
 template <typename T, typename W>
-void launch_gamma_beta_tiled(const BackwardProblem& p, const Plan& plan, cudaStream_t stream);
+void launch_gamma_beta_tiled(const BackwardProblem& p, const Plan& plan, bool programmatic, cudaStream_t stream);
 template <typename T, typename W>
-void launch_gamma_beta_two_pass(const BackwardProblem& p, const Plan& plan, float* partials, cudaStream_t stream);
+void launch_gamma_beta_two_pass(const BackwardProblem& p, const Plan& plan, float* partials, bool programmatic,
+                                cudaStream_t stream);
 
 /// fused_backward.cu: dx and dweight/dbias in one cooperative launch (partials + grid-wide reduce).
 template <typename T, typename W>

@@ -267,6 +267,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
 
   const Strategy strategy = requested == Strategy::Auto ? auto_strategy(p, device, t) : requested;
   out.strategy = strategy;
+  out.programmatic_launch = t.programmatic_launch && device.programmatic_launch;
   out.partial_arrays = partial_arrays(p);
 
   if (strategy == Strategy::Fused) {
@@ -359,6 +360,7 @@ std::string format_planner_table(const PlannerTable& t) {
      << "fused_cluster_max_elements = " << t.fused_cluster_max_elements << "\n"
      << "fused_cluster_max_cols = " << t.fused_cluster_max_cols << "\n"
      << "fused_cluster_max_blocks = " << t.fused_cluster_max_blocks << "\n"
+     << "programmatic_launch = " << (t.programmatic_launch ? 1 : 0) << "\n"
      << "column_vec_min_cols = " << t.column_vec_min_cols << "\n"
      << "column_vec_two_pass_min_rows = " << t.column_vec_two_pass_min_rows << "\n"
      << "row_items_target = " << t.row_items_target << "\n"
@@ -413,6 +415,7 @@ PlannerTable load_planner_table(const std::string& path) {
     else if (key == "fused_single_launch") t.fused_single_launch = v != 0;
     else if (key == "fused_cluster_max_elements") t.fused_cluster_max_elements = v;
     else if (key == "fused_cluster_max_cols") t.fused_cluster_max_cols = v;
+    else if (key == "programmatic_launch") t.programmatic_launch = v != 0;
     else if (key == "fused_cluster_max_blocks") {
       if (v > 8) fail("fused_cluster_max_blocks must be at most 8 (the portable cluster size normkit launches)");
       t.fused_cluster_max_blocks = int(v);

@@ -240,6 +240,18 @@ TEST(Planner, SmallProblemsRunFusedAsOneCluster) {
             4);
 }
 
+// The second kernel of a backward is launched programmatically where the device and the table allow it.
+TEST(Planner, ProgrammaticLaunchFollowsTheDeviceAndTheTable) {
+  const Problem p = backward(4096, 768, DType::BF16, {true, true, true});
+  EXPECT_TRUE(normkit::plan(p, DeviceFacts::h200(), Strategy::TwoPass).programmatic_launch);
+  DeviceFacts old_gpu = DeviceFacts::h200();
+  old_gpu.programmatic_launch = false;
+  EXPECT_FALSE(normkit::plan(p, old_gpu, Strategy::TwoPass).programmatic_launch);
+  PlannerTable off;
+  off.programmatic_launch = false;
+  EXPECT_FALSE(normkit::plan(p, DeviceFacts::h200(), Strategy::TwoPass, off).programmatic_launch);
+}
+
 TEST(Planner, TwoPassWorkspaceIsSizedFromNNotTheWeightShape) {
   // The seed's bug: x (100000, 8, 16) normalized over (8, 16) has N = 128 while the weight's last
   // dim is 16. The planner only knows N: the partials are [parts, 128] per requested output.
@@ -471,6 +483,7 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.fused_cluster_max_elements = 4242;
   t.fused_cluster_max_blocks = 4;
   t.fused_cluster_max_cols = 333;
+  t.programmatic_launch = false;
   t.column_vec_min_cols = 4096;
   t.column_vec_two_pass_min_rows = 100;
   t.fused_unaligned_max_cols = 5;
