@@ -9,7 +9,8 @@ namespace {
 
 template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
 __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_blocks(ITEMS)) backward_dx_kernel(const BackwardParams<T, W> p) {
-  __shared__ float scratch[2 * 1024 / kWarpSize];
+  __shared__ float scratch_buffers[GroupScratch::kFloats];
+  GroupScratch scratch(scratch_buffers);
   allow_dependent_launch();  // the gamma/beta kernel (reads only x and dy) may run beside this one
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
   const std::int64_t row_step = std::int64_t(gridDim.x) * p.rows_per_block;

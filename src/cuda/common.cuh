@@ -213,99 +213,74 @@ __device__ __forceinline__ void store_vec(T* p, const float (&in)[VEC]) {
 }
 
 // ---- reductions ----
-/// Sum over the `width` lanes of an aligned lane group (width a power of two, <= warp size); every
-/// lane of the warp must call it. The xor butterfly gives every lane the same, order-fixed result.
+/// Sum over the `width` lanes of an aligned lane group (width a power of two; the whole warp when
+/// width >= warp size); every lane of the warp must call it. The xor butterfly gives every lane the
+/// same, order-fixed result.
 __device__ __forceinline__ float group_sum_in_warp(float v, int width) {
-  for (int offset = width / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-/// Sum over a whole warp, unrolled (no loop on a runtime width); every lane gets the same bits
-/// (each butterfly step adds the same two values, in either order).
-__device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    if (offset < width) v += __shfl_xor_sync(0xffffffffu, v, offset);  // unrolled: no loop counter
   return v;
 }
 
-/// Sums (a, b) over a row group of `group_threads` threads (a power of two). Groups up to a warp
-/// reduce with shuffles; larger groups combine their warps' sums through `scratch` (2 * warps-per-block
-/// floats): lane l of each warp takes warp l's sums and one more warp butterfly adds them, a fixed
-/// order without a loop over the group's warps (that loop, with its runtime trip count, cost ~200
-/// instructions per row in the fused kernel's SASS at 095e3ab). Every thread of the block must call
-/// it (it may synchronise the block).
-__device__ __forceinline__ void row_group_sum2(float& a, float& b, int group_threads, float* scratch) {
-  if (group_threads >= kWarpSize) {
-    a = warp_sum(a);
-    b = warp_sum(b);
-  } else {
-    a = group_sum_in_warp(a, group_threads);
-    b = group_sum_in_warp(b, group_threads);
+/// Block-shared scratch of the row-group sums (row_group_sum): two buffers of up to kValues floats
+/// per warp, taken in turn. A sum writes one buffer and reads it after a single block barrier; the
+/// next sum writes the other one, and the sum after that may reuse the first because every thread
+/// has passed the barrier of the sum in between only after its reads of the first. Every thread of
+/// the block takes the same turns (it calls the same sums in the same order).
+struct GroupScratch {
+  static constexpr int kValues = 2;                                  // per warp and sum
+  static constexpr int kBuffer = kValues * (1024 / kWarpSize);       // floats per buffer
+  static constexpr int kFloats = 2 * kBuffer;                        // declare __shared__ float s[kFloats]
+  float* base;
+  int turn = 0;
+  __device__ __forceinline__ explicit GroupScratch(float* shared) : base(shared) {}
+  __device__ __forceinline__ float* next() {
+    float* buffer = base + turn * kBuffer;
+    turn ^= 1;
+    return buffer;
   }
-  if (group_threads <= kWarpSize) return;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int warps_per_group = group_threads / kWarpSize;
-  const int first_warp = (warp / warps_per_group) * warps_per_group;
-  __syncthreads();  // scratch may still be read by a previous call
-  if (lane == 0) {
-    scratch[2 * warp] = a;
-    scratch[2 * warp + 1] = b;
-  }
-  __syncthreads();
-  const bool mine = lane < warps_per_group;
-  a = warp_sum(mine ? scratch[2 * (first_warp + lane)] : 0.f);
-  b = warp_sum(mine ? scratch[2 * (first_warp + lane) + 1] : 0.f);
-}
-
-/// Count, mean and M2 (sum of squared deviations from the mean) of some of a row's elements.
-struct Moments {
-  float n, mean, m2;
 };
 
-/// The moments of the union of two disjoint parts (Chan, Golub and LeVeque): as robust as Welford's
-/// update. Fixed argument order: the same parts give the same bits.
-__device__ __forceinline__ Moments merge_moments(const Moments& a, const Moments& b) {
-  const float n = a.n + b.n;
-  if (n == 0.f) return a;
-  const float delta = b.mean - a.mean;
-  const float share_b = __fdividef(b.n, n);  // counts: exact integers, n > 0; ~2 ulp is plenty
-  return {n, a.mean + delta * share_b, a.m2 + b.m2 + delta * delta * a.n * share_b};
-}
-
-/// Merges moments over `width` lanes (a power of two, <= warp size) by xor butterfly; a pair always
-/// merges the lower lane's part first, so every lane gets the same bits.
-__device__ __forceinline__ Moments warp_merge_moments(Moments m, int width) {
-  const int lane = int(threadIdx.x) % kWarpSize;
-#pragma unroll 1  // a merge is ~15 instructions with its division: kept as a loop (ptxas spilled unrolled)
-  for (int offset = 1; offset < width; offset *= 2) {
-    const Moments other{__shfl_xor_sync(0xffffffffu, m.n, offset), __shfl_xor_sync(0xffffffffu, m.mean, offset),
-                        __shfl_xor_sync(0xffffffffu, m.m2, offset)};
-    m = (lane & offset) ? merge_moments(other, m) : merge_moments(m, other);
-  }
-  return m;
-}
-
-/// Merges the lanes' moments over a row group of `group_threads` threads (a power of two) in one
-/// reduction round; every lane gets the group's moments, bit-identical. Larger groups combine their
-/// warps through `scratch` (3 * warps-per-block floats): lane l takes the moments of the group's warp
-/// l % warps_per_group, so every aligned run of warps_per_group lanes holds all of them, and one
-/// butterfly of that width merges them in the same order in every run: every lane gets the same
-/// bits. Every thread of the block must call it (it may synchronise the block).
-__device__ __forceinline__ Moments row_group_moments(Moments m, int group_threads, float* scratch) {
-  if (group_threads <= kWarpSize) return warp_merge_moments(m, group_threads);
-  m = warp_merge_moments(m, kWarpSize);
+/// Sums each of v[0..K) over a row group of `group_threads` threads (a power of two); every lane of
+/// the group gets the same bits. Groups up to a warp reduce with an xor butterfly; larger groups
+/// first reduce each warp, then lane l of every warp reads the sums of warp l % warps_per_group of
+/// its group from `scratch`, and a butterfly of that width adds them in the same order in every
+/// run of lanes. One block barrier per call (GroupScratch), none for groups of up to a warp.
+/// Every thread of the block must call it (it may synchronise the block).
+template <int K>
+__device__ __forceinline__ void row_group_sum(float (&v)[K], int group_threads, GroupScratch& scratch) {
+  static_assert(K <= GroupScratch::kValues, "GroupScratch holds up to kValues sums per warp");
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = group_sum_in_warp(v[k], group_threads);  // the whole warp when wider
+  if (group_threads <= kWarpSize) return;
+  float* buffer = scratch.next();
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
   const int warps_per_group = group_threads / kWarpSize;
-  const int first_warp = (warp / warps_per_group) * warps_per_group;
-  __syncthreads();  // scratch may still be read by a previous call
+  const int first_warp = warp & ~(warps_per_group - 1);  // a power of two: no integer division
   if (lane == 0) {
-    scratch[3 * warp] = m.n;
-    scratch[3 * warp + 1] = m.mean;
-    scratch[3 * warp + 2] = m.m2;
+#pragma unroll
+    for (int k = 0; k < K; ++k) buffer[K * warp + k] = v[k];
   }
   __syncthreads();
-  const float* mine = scratch + 3 * (first_warp + lane % warps_per_group);
-  return warp_merge_moments(Moments{mine[0], mine[1], mine[2]}, warps_per_group);
+  const float* theirs = buffer + K * (first_warp + (lane & (warps_per_group - 1)));
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = group_sum_in_warp(theirs[k], warps_per_group);
+}
+
+/// row_group_sum of one value.
+__device__ __forceinline__ float row_group_sum1(float a, int group_threads, GroupScratch& scratch) {
+  float v[1] = {a};
+  row_group_sum(v, group_threads, scratch);
+  return v[0];
+}
+
+/// row_group_sum of two values (the backward's row sums).
+__device__ __forceinline__ void row_group_sum2(float& a, float& b, int group_threads, GroupScratch& scratch) {
+  float v[2] = {a, b};
+  row_group_sum(v, group_threads, scratch);
+  a = v[0];
+  b = v[1];
 }
 
 // ---- asynchronous global -> shared copies (cp.async, sm_80 and later) ----

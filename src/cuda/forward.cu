@@ -1,11 +1,12 @@
 // Forward LayerNorm / RMSNorm: one row group per row, the row cached in registers (ITEMS > 0) and
 // read once, or streamed twice for rows too long to cache (ITEMS == 0).
 //
-// Variance: with the row in registers each lane takes the exact two-pass moments of its own
-// elements (its mean, then its sum of squared deviations) and the group merges them in one
-// reduction round (merge_moments: Chan et al., as robust as Welford). Streamed rows use sums
-// shifted by the row's first element, which keeps the cancellation of E[x^2] - E[x]^2 small for
-// data with a large common offset.
+// Variance: with the row in registers it is the exact two-pass one, as the float64 reference takes
+// it: the row's mean first (one group sum), then the sum of squared deviations from it (a second
+// group sum). Two plain sums cost less than one round of merging (count, mean, M2) triples
+// (Chan et al.), whose every butterfly step needs a division: measured in docs/NOTES.md entry 18.
+// Streamed rows use sums shifted by the row's first element, which keeps the cancellation of
+// E[x^2] - E[x]^2 small for data with a large common offset.
 #include "cuda/kernels.h"
 #include "cuda/row_layout.cuh"
 
@@ -30,7 +31,8 @@ struct ForwardParams {
 
 template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
 __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_blocks(ITEMS)) forward_kernel(const ForwardParams<T, W> p) {
-  __shared__ float scratch[3 * 1024 / kWarpSize];
+  __shared__ float scratch_buffers[GroupScratch::kFloats];
+  GroupScratch scratch(scratch_buffers);
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
   const std::int64_t row_step = std::int64_t(gridDim.x) * p.rows_per_block;
   const float inv_n = 1.f / float(p.cols);
@@ -47,56 +49,25 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
     }
     // The lane's valid slots are the same in every row (slots k * G + lane < N / VEC): counted once.
     const int lane_vectors = min(ITEMS, max(0, (p.cols / VEC - g.lane + g.threads - 1) / g.threads));
-    const bool lane_full = lane_vectors == ITEMS;
-    const float lane_count = float(lane_vectors * VEC);
-    const float inv_lane_count = lane_vectors > 0 ? 1.f / lane_count : 0.f;
     auto body = [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv) {
-      float x[ITEMS][VEC];  // converted once; padding slots (and inactive groups) hold 0
+      float x[ITEMS][VEC];  // converted once; padding slots (and inactive groups) hold 0 (LN: then x - mean)
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
         for (int i = 0; i < VEC; ++i) x[k][i] = xv.at(k, i);
       float mean = 0.f, rstd;
       if constexpr (kRms) {
-        float sq = 0.f, unused = 0.f;
-#pragma unroll
-        for (int k = 0; k < ITEMS; ++k)
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) sq += x[k][i] * x[k][i];
-        row_group_sum2(sq, unused, g.threads, scratch);
+        const float sq = row_group_sum1(lane_sum(x, [](float v) { return v * v; }), g.threads, scratch);
         rstd = rsqrtf(sq * inv_n + p.eps);
       } else {
-        // this lane's exact moments over its valid slots, then one merge round over the group;
-        // padding slots hold 0, so the sum needs no mask, and lanes without padding (all but the
-        // row's last) take the unmasked squares
-        float sum = 0.f;
+        // padding slots hold 0: the sum needs no mask; the squared deviations do (0 - mean != 0)
+        mean = row_group_sum1(lane_sum(x, [](float v) { return v; }), g.threads, scratch) * inv_n;
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) sum += x[k][i];
-        const float lane_mean = lane_count > 0.f ? sum * inv_lane_count : 0.f;
-        float m2 = 0.f;
-        if (lane_full) {
-#pragma unroll
-          for (int k = 0; k < ITEMS; ++k)
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) {
-              const float d = x[k][i] - lane_mean;
-              m2 += d * d;
-            }
-        } else {
-#pragma unroll
-          for (int k = 0; k < ITEMS; ++k)
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) {
-              const float d = k < lane_vectors ? x[k][i] - lane_mean : 0.f;
-              m2 += d * d;
-            }
-        }
-        const float count = lane_count;
-        const Moments row = row_group_moments({count, lane_mean, m2}, g.threads, scratch);
-        mean = row.mean;
-        rstd = rsqrtf(row.m2 * inv_n + p.eps);
+          for (int i = 0; i < VEC; ++i) x[k][i] -= mean;  // from here on x holds x - mean
+        const float lane_m2 = lane_sum(x, [](float d) { return d * d; }, lane_vectors);
+        rstd = rsqrtf(row_group_sum1(lane_m2, g.threads, scratch) * inv_n + p.eps);
       }
 
       if constexpr (!kKeepWeights) {
@@ -107,7 +78,7 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k)
         store_slot<T, VEC>(y_row, g, k, p.cols, active,
-                           [&](int i) { return (x[k][i] - mean) * rstd * w.at(k, i) + b.at(k, i); });
+                           [&](int i) { return x[k][i] * rstd * w.at(k, i) + b.at(k, i); });
       if (active && g.lane == 0) {
         if (p.mean != nullptr) p.mean[r] = mean;
         p.rstd[r] = rstd;

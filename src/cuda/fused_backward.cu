@@ -53,7 +53,8 @@ __device__ __forceinline__ void reduce_over_cluster(const float* block_partial, 
 template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
 __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
     fused_backward_kernel(const BackwardParams<T, W> p, float* partials, FusedFinish finish) {
-  __shared__ float scratch[2 * kFusedBlockThreads / kWarpSize];
+  __shared__ float scratch_buffers[GroupScratch::kFloats];
+  GroupScratch scratch(scratch_buffers);
   allow_dependent_launch();  // the partial reduce may be scheduled now; it waits for the partials itself
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
   const bool want_dx = p.dx.data != nullptr;

@@ -45,6 +45,31 @@ struct RowFragment {
   }
 };
 
+/// Sum of term(v[k][i]) over this lane's first `valid` slots (all ITEMS by default): kChains
+/// independent accumulators (element i of every vector goes to chain i % kChains), then a pairwise
+/// tree over them. Short dependency chains instead of one serial chain of ITEMS * VEC adds, in a
+/// fixed order (the same bits every run); four chains keep the register cost small (more spilled in
+/// the 128-register forward instances).
+template <int ITEMS, int VEC, typename Term>
+__device__ __forceinline__ float lane_sum(const float (&v)[ITEMS][VEC], Term&& term, int valid = ITEMS) {
+  constexpr int kChains = VEC < 4 ? VEC : 4;
+  static_assert((VEC & (VEC - 1)) == 0, "vectors are powers of two");
+  float acc[kChains];
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) acc[c] = 0.f;
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k)
+    if (k < valid) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) acc[i % kChains] += term(v[k][i]);
+    }
+#pragma unroll
+  for (int width = kChains / 2; width > 0; width /= 2)
+#pragma unroll
+    for (int c = 0; c < width; ++c) acc[c] += acc[c + width];
+  return acc[0];
+}
+
 /// Shared memory of a staged row kernel (RowShape::stages > 0), allocated dynamically.
 extern __shared__ __align__(16) unsigned char row_kernel_smem[];
 
