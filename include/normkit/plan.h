@@ -127,15 +127,26 @@ struct PlannerTable {
   /// to give every part this many rows
   std::int64_t two_pass_min_rows_per_part = 64;
   int two_pass_target_blocks_per_sm = 4;
+  /// With dX, tiled below this M whatever the grid: its kernel runs beside dX (programmatic_launch),
+  /// and the full-backward sweep at 0b45745 (bf16, graph) measured tiled ahead of two-pass at M = 128
+  /// for LayerNorm (4.91-5.36 vs 5.16-7.30 us, N = 256..4096) and for RMSNorm at N >= 2048 (RMSNorm
+  /// N <= 1024: two-pass 1-5 % ahead), two-pass ahead from M = 512 (1.3-1.4x).
+  std::int64_t tiled_with_dx_max_rows = 255;
   /// fused backward: used by auto whenever the row fits the register-cached layout
   bool fused_enabled = true;
-  /// ... and only from this many elements (M x N) on: below it dX + tiled/two-pass were faster on the
-  /// H200 (seed cases at c87b6ca, graph replay: 1024 x 768 unfused 10.6 us vs fused 11.5 us; 4096 x
-  /// 1024 unfused 26.0 us vs fused 21.6 us). Only when dX is requested (see fused_gb_min_rows).
-  std::int64_t fused_min_elements = 2 << 20;
-  /// ... or from this many rows on, whatever N: narrow rows with huge M (sweep: N = 1 and 64 at
-  /// M >= 16384, fused 1.8-4.9x faster than two-pass; at M = 4097 they tie).
-  std::int64_t fused_min_rows = 16384;
+  /// ... and only from fused_min_bytes of x (M x N x element size) on, with rows of at least
+  /// fused_min_row_bytes, or from fused_min_rows rows at any N. Only when dX is requested (see
+  /// fused_gb_min_rows). Sweep of the full backward with programmatic launch (0b45745 + the two-round
+  /// forward, bf16 M = 32..16384 x N = 256..4096 and fp32, graph; docs/NOTES.md entry 19): fused won
+  /// at every M >= 8192 (0.61-0.95x of the best unfused), and below that only with long rows and
+  /// enough bytes (2048 x 2048 bf16 0.93x, 4096 x 2048 0.86x, fp32 4096 x 1024 0.77x); it lost
+  /// 1.03-1.16x at 4096 x 768..1024 bf16 and 1.15x at 512 x 4096. Known losses of the rule: M = 4096,
+  /// N = 256 (fused 0.88x) and RMSNorm 2048 x 512 (0.90x).
+  std::int64_t fused_min_bytes = 8 << 20;
+  std::int64_t fused_min_row_bytes = 4096;
+  /// ... or from this many rows on, whatever N (narrow rows with huge M: fused 1.8-4.9x faster than
+  /// two-pass at N = 1 and 64 from M = 16384; with programmatic launch from M = 8192, same sweep).
+  std::int64_t fused_min_rows = 8192;
   /// Without dX (gamma/beta only) the unfused strategies read x and dy once too, so fused is chosen
   /// by rows alone, from this many on (3adcbae, graph replay): the vectorised two-pass beat fused
   /// 1.03-1.28x at M = 1024..4097, N = 768..1024 (bf16 sweep) and 4096 x 1024 (11.7 vs 14.0 us);
@@ -152,15 +163,17 @@ struct PlannerTable {
   /// launch: a single cluster of up to fused_cluster_max_blocks blocks (capped by
   /// DeviceFacts::max_cluster_blocks) whose partials meet in distributed shared memory. Auto takes it
   /// only with dX (gamma/beta alone is one tiled launch already) and only when the cluster has at
-  /// least two blocks. Probe at d472e85 (bf16, graph, docs/NOTES.md entry 16), against dX + tiled
-  /// (two launches): the cluster won 0.75-0.99x for N <= 512 and M x N <= 64K (one loss, LayerNorm
-  /// 64 x 256: 1.06x), was mixed at 128K (LayerNorm 256 x 512: 1.09x) and lost 1.1-2x for N >= 768:
-  /// the cluster barrier and distributed reads cost about what the second launch saves. 0 = never.
-  std::int64_t fused_cluster_max_elements = 1 << 16;
+  /// least two blocks. 0 = never, the default since programmatic launch (docs/NOTES.md entries 16
+  /// and 19): against two launches the cluster won 0.75-0.99x for N <= 512 and M x N <= 64K (probe
+  /// at d472e85); once gamma/beta runs beside dX it lost everywhere, 1.08-1.58x (M = 32..128, N =
+  /// 256..512, bf16 and fp32, 0b45745). `normkit-bench --tune` re-measures it.
+  std::int64_t fused_cluster_max_elements = 0;
   std::int64_t fused_cluster_max_cols = 512;
   int fused_cluster_max_blocks = 8;
   /// Launch a backward's second kernel programmatically (DeviceFacts::programmatic_launch): it hides
-  /// that launch's latency and lets gamma/beta run beside dX. Not yet measured (branch next/pdl).
+  /// that launch's latency and lets gamma/beta run beside dX. Seed suite, full backward, graph
+  /// (0b45745 vs cd78ebb): dX + tiled at 32 x 512 5.20 -> 3.47 us, 96 x 768 6.00 -> 4.38 us, 192 x
+  /// 1024 7.70 -> 5.43 us, dX + two-pass at 4096 x 1024 18.25 -> 16.58 us (docs/NOTES.md entry 19).
   bool programmatic_launch = true;
   // column strips (tiled, two-pass): 16 bytes per lane on vectorised rows, where measured faster
   /// Vectorised strips from this N on (both strategies). bf16, graph: at N = 65536 / 262144 tiled

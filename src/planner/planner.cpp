@@ -200,8 +200,11 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   // probe at d472e85).
   const bool small = p.mask.dx && p.mask.any_gamma_beta() &&
                      fused_cluster_blocks(p, device, t, fused_row_shape(p, device, t).rows_per_block) >= 2;
-  const bool fused_size = small || (p.mask.dx ? (p.rows * p.cols >= t.fused_min_elements || p.rows >= t.fused_min_rows)
-                                              : p.rows >= t.fused_gb_min_rows);
+  const std::int64_t row_bytes = p.cols * std::int64_t(dtype_size(p.dtype));
+  const bool fused_size =
+      small || (p.mask.dx ? (p.rows >= t.fused_min_rows ||
+                             (p.rows * row_bytes >= t.fused_min_bytes && row_bytes >= t.fused_min_row_bytes))
+                          : p.rows >= t.fused_gb_min_rows);
   const bool fused_layout = vector_width(p) > 1 || p.cols <= t.fused_unaligned_max_cols;
   if (t.fused_enabled && fused_size && fused_layout && fused_fits(p, nullptr)) return Strategy::Fused;
   // simple_min_cols was measured against scalar strips (one column per lane); vectorised strips read
@@ -211,7 +214,9 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   // Tiled (one block per column strip walking all M) is best while the strips alone fill the
   // GPU or M is too small to split; otherwise two-pass splits M so every SM has work (the seed's
   // "mixed" rule, which removes its chess board).
-  if (tiled_strips.col_blocks >= device.sm_count || p.rows < 2 * t.two_pass_min_rows_per_part) return Strategy::Tiled;
+  if (tiled_strips.col_blocks >= device.sm_count || p.rows < 2 * t.two_pass_min_rows_per_part ||
+      (p.mask.dx && p.rows <= t.tiled_with_dx_max_rows))
+    return Strategy::Tiled;
   return Strategy::TwoPass;
 }
 
@@ -349,8 +354,10 @@ std::string format_planner_table(const PlannerTable& t) {
      << "tile256_min_rows = " << t.tile256_min_rows << "\n"
      << "two_pass_min_rows_per_part = " << t.two_pass_min_rows_per_part << "\n"
      << "two_pass_target_blocks_per_sm = " << t.two_pass_target_blocks_per_sm << "\n"
+     << "tiled_with_dx_max_rows = " << t.tiled_with_dx_max_rows << "\n"
      << "fused_enabled = " << (t.fused_enabled ? 1 : 0) << "\n"
-     << "fused_min_elements = " << t.fused_min_elements << "\n"
+     << "fused_min_bytes = " << t.fused_min_bytes << "\n"
+     << "fused_min_row_bytes = " << t.fused_min_row_bytes << "\n"
      << "fused_min_rows = " << t.fused_min_rows << "\n"
      << "fused_gb_min_rows = " << t.fused_gb_min_rows << "\n"
      << "fused_unaligned_max_cols = " << t.fused_unaligned_max_cols << "\n"
@@ -407,7 +414,10 @@ PlannerTable load_planner_table(const std::string& path) {
     else if (key == "two_pass_min_rows_per_part") t.two_pass_min_rows_per_part = std::max<long long>(v, 1);
     else if (key == "two_pass_target_blocks_per_sm") t.two_pass_target_blocks_per_sm = int(std::max<long long>(v, 1));
     else if (key == "fused_enabled") t.fused_enabled = v != 0;
-    else if (key == "fused_min_elements") t.fused_min_elements = v;
+    else if (key == "tiled_with_dx_max_rows") t.tiled_with_dx_max_rows = v;
+    else if (key == "fused_min_bytes") t.fused_min_bytes = v;
+    else if (key == "fused_min_row_bytes") t.fused_min_row_bytes = v;
+    else if (key == "fused_min_elements") fail("fused_min_elements was replaced by fused_min_bytes and fused_min_row_bytes");
     else if (key == "fused_min_rows") t.fused_min_rows = v;
     else if (key == "fused_gb_min_rows") t.fused_gb_min_rows = v;
     else if (key == "fused_unaligned_max_cols") t.fused_unaligned_max_cols = v;

@@ -84,7 +84,8 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
   for (const SeedCase& c : kSeedCases) {
     const Problem p = backward(c.m, c.n, c.dtype, {true, true, !c.rms}, c.rms);
     const Plan plan = normkit::plan(p, DeviceFacts::h200());
-    if (c.m * c.n >= t.fused_min_elements || c.m >= t.fused_min_rows ||
+    const std::int64_t row_bytes = c.n * std::int64_t(dtype_size(c.dtype));
+    if (c.m >= t.fused_min_rows || (c.m * row_bytes >= t.fused_min_bytes && row_bytes >= t.fused_min_row_bytes) ||
         (c.m * c.n <= t.fused_cluster_max_elements && c.n <= t.fused_cluster_max_cols)) {
       EXPECT_EQ(plan.strategy, Strategy::Fused) << c.name;
       EXPECT_GE(plan.row.blocks, 1) << c.name;
@@ -93,11 +94,17 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
       EXPECT_EQ(plan.strategy, normkit::plan(p, DeviceFacts::h200(), Strategy::Auto, unfused).strategy) << c.name;
     }
   }
-  // the boundary itself
-  const std::int64_t n = 1024, m = t.fused_min_elements / n;
-  EXPECT_EQ(normkit::plan(backward(m, n, DType::F16, {true, true, true}), DeviceFacts::h200()).strategy, Strategy::Fused);
-  EXPECT_NE(normkit::plan(backward(m - 1, n, DType::F16, {true, true, true}), DeviceFacts::h200()).strategy,
-            Strategy::Fused);
+  // the boundaries themselves: bytes of x (rows long enough), and the row length in bytes
+  const std::int64_t n = t.fused_min_row_bytes / 2, m = t.fused_min_bytes / (2 * n);  // fp16
+  ASSERT_LT(m, t.fused_min_rows);
+  auto full = [](std::int64_t rows, std::int64_t cols, DType dt) {
+    return normkit::plan(backward(rows, cols, dt, {true, true, true}), DeviceFacts::h200()).strategy;
+  };
+  EXPECT_EQ(full(m, n, DType::F16), Strategy::Fused);
+  EXPECT_NE(full(m - 1, n, DType::F16), Strategy::Fused);
+  EXPECT_NE(full(2 * m, n / 2, DType::F16), Strategy::Fused);   // as many bytes, rows too short
+  EXPECT_EQ(full(m / 2, n, DType::F32), Strategy::Fused);       // bytes, not elements
+  EXPECT_NE(full(m / 2 - 1, n, DType::F32), Strategy::Fused);
   // without dX: by rows alone, from fused_gb_min_rows
   ASSERT_LT(m, t.fused_gb_min_rows);
   EXPECT_NE(normkit::plan(backward(m, n, DType::F16, {false, true, true}), DeviceFacts::h200()).strategy, Strategy::Fused);
@@ -141,6 +148,13 @@ TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
   EXPECT_EQ(strategy(cut - 1, 1024), Strategy::Tiled);
   EXPECT_EQ(strategy(cut, 1024), Strategy::TwoPass);
   EXPECT_EQ(strategy(cut + 1, 1024), Strategy::TwoPass);
+  // with dX, tiled up to tiled_with_dx_max_rows (its kernel runs beside dX)
+  auto with_dx = [&](std::int64_t m, std::int64_t n) {
+    return normkit::plan(backward(m, n, DType::F16, {true, true, true}), h200, Strategy::Auto, t).strategy;
+  };
+  ASSERT_GE(t.tiled_with_dx_max_rows, cut);
+  EXPECT_EQ(with_dx(t.tiled_with_dx_max_rows, 1024), Strategy::Tiled);
+  EXPECT_EQ(with_dx(t.tiled_with_dx_max_rows + 1, 1024), Strategy::TwoPass);
   // ... unless the column strips (32 lanes of 8 fp16 columns) alone fill the GPU
   const std::int64_t strip = kWarpSize * 8, wide = std::int64_t(h200.sm_count) * strip;
   EXPECT_EQ(strategy(1 << 16, wide - strip), Strategy::TwoPass);
@@ -169,8 +183,8 @@ TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
   EXPECT_NE(strategy(4096, t.simple_min_cols), Strategy::Simple);
   EXPECT_EQ(strategy(7, 4096), Strategy::Tiled);  // simple only at M <= simple_max_rows
   EXPECT_EQ(strategy(1, 4096), Strategy::Simple);
-  // narrow rows: fused from fused_min_rows rows although M * N < fused_min_elements
-  ASSERT_LT(t.fused_min_rows * 64, t.fused_min_elements);
+  // narrow rows: fused from fused_min_rows rows although M * N * 2 bytes < fused_min_bytes
+  ASSERT_LT(t.fused_min_rows * 64 * 2, t.fused_min_bytes);
   EXPECT_EQ(strategy(t.fused_min_rows, 64), Strategy::Fused);
   EXPECT_EQ(strategy(t.fused_min_rows, 1), Strategy::Fused);     // N = 1: scalar, fits one thread
   EXPECT_NE(strategy(t.fused_min_rows - 1, 1), Strategy::Fused);
@@ -183,61 +197,72 @@ TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
 // Small problems with gamma/beta to reduce run fused as one launch: one thread-block cluster whose
 // blocks reduce their partials in distributed shared memory (no workspace, no second kernel).
 TEST(Planner, SmallProblemsRunFusedAsOneCluster) {
-  const PlannerTable& t = default_planner_table();
+  // the rule as the d472e85 probe set it (the default is off since programmatic launch; see below)
+  PlannerTable t;
+  t.fused_cluster_max_elements = 1 << 16;
+  t.fused_cluster_max_cols = 512;
   const DeviceFacts h200 = DeviceFacts::h200();
+  auto plan = [&](const Problem& p, Strategy s = Strategy::Auto) { return normkit::plan(p, h200, s, t); };
   for (const Mask mask : {Mask{true, true, true}, Mask{false, true, true}, Mask{false, false, true}}) {
     for (const auto& [m, n, dt] : {std::tuple{32L, 512L, DType::F16}, std::tuple{96L, 256L, DType::F16},
                                    std::tuple{128L, 512L, DType::BF16}, std::tuple{255L, 64L, DType::BF16}}) {
       // auto: fused (as a cluster) with dX; gamma/beta alone stays with tiled (one launch already)
-      const Plan chosen = normkit::plan(backward(m, n, dt, mask), h200);
+      const Plan chosen = plan(backward(m, n, dt, mask));
       EXPECT_EQ(chosen.strategy == Strategy::Fused, mask.dx) << chosen.describe();
-      const Plan plan = normkit::plan(backward(m, n, dt, mask), h200, Strategy::Fused);
-      const std::string at = "M = " + std::to_string(m) + ", N = " + std::to_string(n) + ": " + plan.describe();
-      EXPECT_EQ(plan.cluster_blocks, plan.row.blocks) << at;
-      EXPECT_GE(plan.cluster_blocks, 2) << at;
-      EXPECT_LE(plan.cluster_blocks, std::min(t.fused_cluster_max_blocks, h200.max_cluster_blocks)) << at;
-      EXPECT_EQ(plan.workspace_bytes, 0u) << at;
-      EXPECT_EQ(plan.partial_rows, 0) << at;
-      EXPECT_FALSE(plan.single_launch) << at;
+      const Plan fused = plan(backward(m, n, dt, mask), Strategy::Fused);
+      const std::string at = "M = " + std::to_string(m) + ", N = " + std::to_string(n) + ": " + fused.describe();
+      EXPECT_EQ(fused.cluster_blocks, fused.row.blocks) << at;
+      EXPECT_GE(fused.cluster_blocks, 2) << at;
+      EXPECT_LE(fused.cluster_blocks, std::min(t.fused_cluster_max_blocks, h200.max_cluster_blocks)) << at;
+      EXPECT_EQ(fused.workspace_bytes, 0u) << at;
+      EXPECT_EQ(fused.partial_rows, 0) << at;
+      EXPECT_FALSE(fused.single_launch) << at;
       // every block holds its partial rows next to the staging area
       const int arrays = (mask.dweight ? 1 : 0) + (mask.dbias ? 1 : 0);
-      EXPECT_GE(plan.row.smem_bytes, std::int64_t(sizeof(float)) * (plan.row.block_threads() * plan.row.vec + arrays * n))
+      EXPECT_GE(fused.row.smem_bytes, std::int64_t(sizeof(float)) * (fused.row.block_threads() * fused.row.vec + arrays * n))
           << at;
-      EXPECT_NE(plan.describe().find("cluster"), std::string::npos) << at;
+      EXPECT_NE(fused.describe().find("cluster"), std::string::npos) << at;
       // no more blocks than there are rows to give each block a row group's worth
-      EXPECT_LE((plan.cluster_blocks - 1) * std::int64_t(plan.row.rows_per_block), m) << at;
+      EXPECT_LE((fused.cluster_blocks - 1) * std::int64_t(fused.row.rows_per_block), m) << at;
     }
   }
   // above either threshold: the multi-block fused plan with its partial reduce, never a cluster
   const std::int64_t n = t.fused_cluster_max_cols, m = t.fused_cluster_max_elements / n;
-  EXPECT_GT(normkit::plan(backward(m, n, DType::F16, {true, true, true}), h200, Strategy::Fused).cluster_blocks, 0);
-  const Plan big = normkit::plan(backward(m + 1, n, DType::F16, {true, true, true}), h200, Strategy::Fused);
+  EXPECT_GT(plan(backward(m, n, DType::F16, {true, true, true}), Strategy::Fused).cluster_blocks, 0);
+  const Plan big = plan(backward(m + 1, n, DType::F16, {true, true, true}), Strategy::Fused);
   EXPECT_EQ(big.cluster_blocks, 0);
   EXPECT_EQ(big.partial_rows, big.row.blocks);
-  EXPECT_EQ(normkit::plan(backward(16, 2 * n, DType::F16, {true, true, true}), h200, Strategy::Fused).cluster_blocks, 0);
+  EXPECT_EQ(plan(backward(16, 2 * n, DType::F16, {true, true, true}), Strategy::Fused).cluster_blocks, 0);
   // rows for one block: forced fused writes dgamma/dbeta itself (direct), no cluster; auto does not
   // take it (a one-block fused grid lost to dX + tiled)
-  EXPECT_NE(normkit::plan(backward(1, 512, DType::BF16, {true, true, true}), h200).strategy, Strategy::Fused);
-  EXPECT_NE(normkit::plan(backward(64, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::Fused);
-  const Plan one = normkit::plan(backward(1, 512, DType::BF16, {true, true, true}), h200, Strategy::Fused);
+  EXPECT_NE(plan(backward(1, 512, DType::BF16, {true, true, true})).strategy, Strategy::Fused);
+  EXPECT_NE(plan(backward(64, 64, DType::BF16, {true, true, true})).strategy, Strategy::Fused);
+  const Plan one = plan(backward(1, 512, DType::BF16, {true, true, true}), Strategy::Fused);
   EXPECT_EQ(one.row.blocks, 1);
   EXPECT_EQ(one.cluster_blocks, 0);
   EXPECT_EQ(one.workspace_bytes, 0u);
   // dX only: nothing to reduce, no cluster
-  EXPECT_EQ(normkit::plan(backward(96, 256, DType::F16, {true, false, false}), h200, Strategy::Fused).cluster_blocks, 0);
+  EXPECT_EQ(plan(backward(96, 256, DType::F16, {true, false, false}), Strategy::Fused).cluster_blocks, 0);
   // a device without clusters: auto keeps the unfused choice, forced fused reduces in a second launch
   DeviceFacts no_clusters = h200;
   no_clusters.max_cluster_blocks = 0;
-  EXPECT_NE(normkit::plan(backward(96, 256, DType::F16, {true, true, true}), no_clusters).strategy, Strategy::Fused);
-  const Plan forced = normkit::plan(backward(96, 256, DType::F16, {true, true, true}), no_clusters, Strategy::Fused);
+  EXPECT_NE(normkit::plan(backward(96, 256, DType::F16, {true, true, true}), no_clusters, Strategy::Auto, t).strategy, Strategy::Fused);
+  const Plan forced = normkit::plan(backward(96, 256, DType::F16, {true, true, true}), no_clusters, Strategy::Fused, t);
   EXPECT_EQ(forced.cluster_blocks, 0);
   EXPECT_EQ(forced.partial_rows, forced.row.blocks);
   // the table caps the cluster
-  PlannerTable small_clusters;
+  PlannerTable small_clusters = t;
   small_clusters.fused_cluster_max_blocks = 4;
   EXPECT_EQ(normkit::plan(backward(128, 512, DType::BF16, {true, true, true}), h200, Strategy::Auto, small_clusters)
                 .cluster_blocks,
             4);
+  // the default table: auto never takes the cluster with programmatic launch (it lost 1.08-1.58x to
+  // dX + tiled beside it, docs/NOTES.md entry 19); forced fused still reduces in a second launch
+  for (const auto& [m, n] : {std::pair{32L, 512L}, std::pair{128L, 256L}, std::pair{128L, 512L}}) {
+    const Problem p = backward(m, n, DType::BF16, {true, true, true});
+    EXPECT_NE(normkit::plan(p, h200).strategy, Strategy::Fused);
+    EXPECT_EQ(normkit::plan(p, h200, Strategy::Fused).cluster_blocks, 0);
+  }
 }
 
 // The second kernel of a backward is launched programmatically where the device and the table allow it.
@@ -477,7 +502,9 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.two_pass_min_rows_per_part = 96;
   t.fused_enabled = false;
   t.fused_single_launch = true;
-  t.fused_min_elements = 12345;
+  t.fused_min_bytes = 12345;
+  t.fused_min_row_bytes = 2222;
+  t.tiled_with_dx_max_rows = 99;
   t.fused_min_rows = 777;
   t.fused_gb_min_rows = 555;
   t.fused_cluster_max_elements = 4242;

@@ -615,7 +615,7 @@ std::int64_t row_stride_arg(const Layout& l) { return l.stride == l.cols ? -1 : 
 }  // namespace
 
 BackwardOut gpu_backward(const HostCase& hc, const DeviceCase& dc, Mask mask, Strategy strategy, cudaStream_t stream,
-                         WsMode ws_mode) {
+                         WsMode ws_mode, const PlannerTable* table) {
   const Spec& s = hc.spec;
   if (s.rms) mask.dbias = false;
   const DType t = s.dtype, wt = s.weight_dtype();
@@ -661,7 +661,7 @@ BackwardOut gpu_backward(const HostCase& hc, const DeviceCase& dc, Mask mask, St
     la.dweight = dw;
     la.dbias = db;
   }
-  const ExecConfig cfg{Device::Cuda, stream, strategy};
+  const ExecConfig cfg{Device::Cuda, stream, strategy, table};
   auto plan_call = [&] { return s.rms ? plan_rms_norm_backward(ra, cfg) : plan_layer_norm_backward(la, cfg); };
   auto ws_call = [&] {
     return s.rms ? rms_norm_backward_workspace_size(ra, cfg) : layer_norm_backward_workspace_size(la, cfg);

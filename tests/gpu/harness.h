@@ -204,9 +204,10 @@ struct BackwardOut {
 };
 /// Runs the CUDA backward. A forced strategy is first checked with strategy_supported(): when it
 /// is unsupported the call (and plan_*_backward) must throw normkit::Error and leave every output
-/// poisoned; when it is supported, the plan must name exactly that strategy.
+/// poisoned; when it is supported, the plan must name exactly that strategy. `table`: the call's
+/// planner table (ExecConfig::table; nullptr = the default).
 BackwardOut gpu_backward(const HostCase& hc, const DeviceCase& dc, Mask mask, Strategy strategy,
-                         cudaStream_t stream, WsMode ws = WsMode::Explicit);
+                         cudaStream_t stream, WsMode ws = WsMode::Explicit, const PlannerTable* table = nullptr);
 /// Compares every requested output with the reference (and checks gaps/guards stay poisoned).
 /// `floor`: denominator floor for outputs whose reference is (close to) zero (N = 1).
 void expect_backward_matches(const HostCase& hc, const BackwardOut& out, const RefBackward& ref,

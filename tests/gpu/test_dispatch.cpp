@@ -214,19 +214,24 @@ class FusedCluster : public testing::TestWithParam<Spec> {};
 
 TEST_P(FusedCluster, OneClusterLaunchMatchesReferenceWithTheSameBitsEveryRun) {
   const Spec& spec = GetParam();
+  // the cluster rule as the d472e85 probe set it (off by default since programmatic launch)
+  PlannerTable clusters;
+  clusters.fused_cluster_max_elements = 1 << 16;
+  clusters.fused_cluster_max_cols = 512;
   const auto hc = make_host_case(spec);
   const DeviceCase dc = upload_case(*hc, test_stream());
   const RefBackward ref = reference_backward(*hc);
   for (Mask mask : {spec.full_mask(), Mask{false, true, !spec.rms}, Mask{false, false, !spec.rms}}) {
     if (!mask.any_gamma_beta()) continue;  // RMSNorm has no dbias
     SCOPED_TRACE(mask_id(mask));
-    const BackwardOut first = gpu_backward(*hc, dc, mask, Strategy::Fused, test_stream());
+    const BackwardOut first = gpu_backward(*hc, dc, mask, Strategy::Fused, test_stream(), WsMode::Explicit, &clusters);
     ASSERT_TRUE(first.ran) << first.why_not;
     ASSERT_GE(first.plan.cluster_blocks, 2) << "expected a cluster plan: " << first.plan.describe();
     EXPECT_EQ(first.plan.workspace_bytes, 0u);
     expect_backward_matches(*hc, first, ref);
     for (int run = 1; run < 20 && !HasFailure(); ++run)
-      expect_same_bits(first, gpu_backward(*hc, dc, mask, Strategy::Fused, test_stream()), "run " + std::to_string(run));
+      expect_same_bits(first, gpu_backward(*hc, dc, mask, Strategy::Fused, test_stream(), WsMode::Explicit, &clusters),
+                       "run " + std::to_string(run));
     check_backward(*hc, dc, ref, mask, Strategy::Auto);
   }
 }
