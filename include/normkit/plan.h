@@ -68,6 +68,12 @@ struct RowShape {
   /// flight while one is used); 0 = loaded straight into registers. Needs vec > 1 (16-byte copies).
   int stages = 0;
   std::int64_t smem_bytes = 0;  ///< dynamic shared memory per block for the stages
+  /// Blocks per row (the dX kernel, rows too long to cache in one block): a thread-block cluster of
+  /// `split` blocks holds one row in registers, block r owning slice_cols columns from r *
+  /// slice_cols; its row sums add over the cluster. `blocks` counts blocks (split per cluster).
+  /// 1 = a row lies in one block.
+  int split = 1;
+  int slice_cols = 0;           ///< columns per block of a split row (a multiple of vec)
   int block_threads() const { return threads_per_row * rows_per_block; }
 };
 
@@ -127,11 +133,12 @@ struct PlannerTable {
   /// to give every part this many rows
   std::int64_t two_pass_min_rows_per_part = 64;
   int two_pass_target_blocks_per_sm = 4;
-  /// With dX, tiled below this M whatever the grid: its kernel runs beside dX (programmatic_launch),
+  /// With dX, tiled up to this M whatever the grid: its kernel runs beside dX (programmatic_launch),
   /// and the full-backward sweep at 0b45745 (bf16, graph) measured tiled ahead of two-pass at M = 128
   /// for LayerNorm (4.91-5.36 vs 5.16-7.30 us, N = 256..4096) and for RMSNorm at N >= 2048 (RMSNorm
-  /// N <= 1024: two-pass 1-5 % ahead), two-pass ahead from M = 512 (1.3-1.4x).
-  std::int64_t tiled_with_dx_max_rows = 255;
+  /// N <= 1024: two-pass 1-5 % ahead); two-pass ahead at M = 192 (seed tile128_medium, 1024 bf16:
+  /// 5.47 vs 5.96 us) and from M = 512 (1.3-1.4x).
+  std::int64_t tiled_with_dx_max_rows = 128;
   /// fused backward: used by auto whenever the row fits the register-cached layout
   bool fused_enabled = true;
   /// ... and only from fused_min_bytes of x (M x N x element size) on, with rows of at least
@@ -193,6 +200,14 @@ struct PlannerTable {
   /// cap its resident warps (16 per SM at 128 registers), so register-only loads keep too few bytes
   /// in flight for HBM; the stages keep stages - 1 row iterations in flight from shared memory.
   int row_pipeline_stages = 4;
+  /// The dX kernel splits rows too long to cache in one block (above 8192 16-bit / 4096 fp32
+  /// columns) over a thread-block cluster of up to this many blocks (RowShape::split; devices with
+  /// clusters), which holds them in registers and reads x and dy once; longer rows, and every row
+  /// when this is 0 or 1, are streamed by one block (read twice). At most kMaxSplit. H200, bf16,
+  /// graph, split vs streamed (docs/NOTES.md entry 20): full backward 2048 x 65536 LN 36.9 -> 46.7 %
+  /// of the floor, RMS 37.6 -> 48.0 %; 1024 x 32768 38 -> 43 %, 2048 x 16384 41 -> 44 %. The forward
+  /// stays streamed: split it was 8-16 % slower at N = 16384..32768 and no faster at 65536.
+  int row_split_max = 8;
 };
 
 const PlannerTable& default_planner_table();
@@ -203,6 +218,12 @@ std::string format_planner_table(const PlannerTable& table);
 
 /// Largest register-cached items per thread (template instances exist for 1, 2, 4).
 constexpr int kMaxRowItems = 4;
+/// Split rows (RowShape::split, the dX kernel): a block of kSplitBlockThreads threads caches
+/// kSplitItems 16-byte vectors per thread of its slice (8192 16-bit or 4096 fp32 columns), two blocks
+/// per SM as for any 4-item row kernel; clusters of up to kMaxSplit blocks (the portable cluster size).
+constexpr int kSplitItems = 4;
+constexpr int kSplitBlockThreads = 256;
+constexpr int kMaxSplit = 8;
 /// Register budget of the row kernels: a block of T threads gets 65536 / T registers per thread
 /// (at most 255), and a thread holds its fragment and, for small fragments, its weights. A group
 /// caching more items per thread must therefore be smaller.

@@ -7,34 +7,43 @@
 namespace normkit::cuda {
 namespace {
 
-template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
+template <typename T, typename W, bool kRms, bool kStaged, bool kSplit, int ITEMS, int VEC>
 __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_blocks(ITEMS)) backward_dx_kernel(const BackwardParams<T, W> p) {
   __shared__ float scratch_buffers[GroupScratch::kFloats];
   GroupScratch scratch(scratch_buffers);
   allow_dependent_launch();  // the gamma/beta kernel (reads only x and dy) may run beside this one
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
-  const std::int64_t row_step = std::int64_t(gridDim.x) * p.rows_per_block;
-  const std::int64_t first = std::int64_t(blockIdx.x) * p.rows_per_block;
+  // A split row (kSplit): this block owns walk.cols columns from walk.col0 of its cluster's rows.
+  const RowWalk walk = RowWalk::of_this_block<kSplit>(p.cols, p.split, p.slice_cols);
+  const std::int64_t row_step = walk.units * p.rows_per_block;
+  const std::int64_t first = walk.unit * p.rows_per_block;
 
   if constexpr (ITEMS > 0) {
     // A lane owns the same columns in every row: small fragments keep their weights in registers
     // for the whole walk; large ones re-read them (16-byte L1 hits) to stay within the register budget.
     constexpr bool kKeepWeights = keep_weights<W, ITEMS, VEC>();
+    const W* weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
     WeightFragment<W, ITEMS, VEC> w;
-    if constexpr (kKeepWeights) w.load(p.weight, g, p.cols, 1.f);
+    if constexpr (kKeepWeights) w.load(weight, g, walk.cols, 1.f);
+    __shared__ float cluster_slots[2 * 2];
+    ClusterSum<2> cluster(cluster_slots, p.split);
     walk_backward_rows<kStaged, kRms, ITEMS, VEC>(
-        p, g, [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv,
-                  const RowFragment<T, ITEMS, VEC>& dyv, float mean, float rstd) {
-          if constexpr (!kKeepWeights) w.load(p.weight, g, p.cols, 1.f);
+        p, g, walk, [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv,
+                        const RowFragment<T, ITEMS, VEC>& dyv, float mean, float rstd) {
+          if constexpr (!kKeepWeights) w.load(weight, g, walk.cols, 1.f);
           RowGrad<ITEMS, VEC> row;
           row.compute(xv, dyv, w, mean, rstd);
-          float sum_g, sum_g_xhat;
-          row.sums(sum_g, sum_g_xhat);
-          row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
-          row.template store_dx<kRms>(p.dx.row(active ? r : 0), rstd, sum_g, sum_g_xhat, g, p.cols, active);
+          float sums[2];
+          row.sums(sums[0], sums[1]);
+          row_group_sum(sums, g.threads, scratch);
+          if constexpr (kSplit) cluster.sum(sums);
+          row.template store_dx<kRms>(p.dx.row(active ? r : 0) + walk.col0, rstd, sums[0], sums[1], g, p.cols, walk.cols,
+                                      active);
         });
+    if constexpr (kSplit) cluster.finish();
   } else {
     // Streaming: pass 1 row sums, pass 2 dx (the second read of x and dy mostly hits L2).
+    static_assert(!kSplit, "split rows are register-cached");
     for (std::int64_t base = first; base < p.rows; base += row_step) {
       const std::int64_t r = base + g.index;
       const bool active = r < p.rows;
@@ -101,7 +110,9 @@ BackwardParams<T, W> make_backward_params(const BackwardProblem& p, const Plan& 
           int(p.cols()),
           plan.row.threads_per_row,
           plan.row.rows_per_block,
-          plan.row.stages};
+          plan.row.stages,
+          plan.row.split,
+          plan.row.slice_cols};
 }
 
 template <typename T, typename W>
@@ -110,11 +121,13 @@ void launch_backward_dx(const BackwardProblem& p, const Plan& plan, cudaStream_t
   const BackwardParams<T, W> params = make_backward_params<T, W>(p, plan);
   const dim3 grid(unsigned(plan.row.blocks)), block(unsigned(plan.row.block_threads()));
   const std::size_t smem = std::size_t(plan.row.smem_bytes);
-  dispatch_row_shape<T, kMaxRowItems, true>(plan.row, [&](auto items, auto vec, auto staged) {
-    void (*kernel)(BackwardParams<T, W>) = p.rms ? backward_dx_kernel<T, W, true, staged(), items(), vec()>
-                                                 : backward_dx_kernel<T, W, false, staged(), items(), vec()>;
+  dispatch_row_shape<T, kMaxRowItems, true, true>(plan.row, [&](auto items, auto vec, auto staged, auto split) {
+    void (*kernel)(BackwardParams<T, W>) = p.rms ? backward_dx_kernel<T, W, true, staged(), split(), items(), vec()>
+                                                 : backward_dx_kernel<T, W, false, staged(), split(), items(), vec()>;
     allow_dynamic_smem(kernel, plan.row.smem_bytes, "backward_dx_kernel shared memory");
-    kernel<<<grid, block, smem, stream>>>(params);
+    const dim3 blocks = split() ? dim3(cluster_grid(kernel, grid.x, block, smem, plan.row.split)) : grid;
+    launch_kernel(kernel, blocks, block, smem, stream, LaunchMode{false, split() ? plan.row.split : 1},
+                  "backward_dx_kernel launch", params);
   });
   check_launch("backward_dx_kernel");
 }

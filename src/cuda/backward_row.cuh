@@ -23,6 +23,8 @@ struct BackwardParams {
   int threads_per_row;
   int rows_per_block;
   int stages;             // RowShape::stages: 0 = rows loaded straight into registers
+  int split;              // RowShape::split: blocks (a cluster) per row
+  int slice_cols;         // RowShape::slice_cols: columns per block of a split row
 };
 
 /// Kernel parameters from a validated problem (backward_dx.cu).
@@ -63,13 +65,14 @@ struct RowGrad {
       }
   }
 
-  /// With the row sums reduced over the group: dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
-  /// (RMSNorm: no mean(g) term) for this lane's slots. g - mean(g) is exactly 0 where the row is
-  /// constant (N = 1) because g is the same rounded product in both.
+  /// With the row sums reduced over the group (and the cluster of a split row): dx = rstd * (g -
+  /// mean(g) - xhat * mean(g * xhat)) (RMSNorm: no mean(g) term) for this lane's slots of a row of
+  /// `cols` columns, `n` of them in this block. g - mean(g) is exactly 0 where the row is constant
+  /// (N = 1) because g is the same rounded product in both.
   template <bool kRms, typename T>
   __device__ __forceinline__ void store_dx(T* dx_row, float rstd, float sum_g, float sum_g_xhat, const RowGroup& grp,
-                                           int n, bool active) const {
-    const float inv_n = 1.f / float(n);
+                                           int cols, int n, bool active) const {
+    const float inv_n = 1.f / float(cols);
     const float mean_g = kRms ? 0.f : sum_g * inv_n;
     const float mean_g_xhat = sum_g_xhat * inv_n;
 #pragma unroll
@@ -88,27 +91,31 @@ __device__ __forceinline__ void row_stats(const float* mean, const float* rstd, 
 
 /// Walks this block's rows with x, dy and the row statistics in hand: body(r, active, x, dy, mean,
 /// rstd) once per row group and iteration (inactive groups, past M, get zeros and must store
-/// nothing). Staged (kStaged: p.stages deep through shared memory, see RowStages) or loaded
+/// nothing). Only the block's slice of a row is loaded (walk: all N columns unless the row is split
+/// over a cluster). Staged (kStaged: p.stages deep through shared memory, see RowStages) or loaded
 /// straight into registers.
 template <bool kStaged, bool kRms, int ITEMS, int VEC, typename T, typename W, typename Body>
-__device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p, const RowGroup& g, Body&& body) {
-  const std::int64_t first = std::int64_t(blockIdx.x) * p.rows_per_block + g.index;
-  const std::int64_t row_step = std::int64_t(gridDim.x) * p.rows_per_block;
-  const std::int64_t iterations = row_iterations(p.rows, p.rows_per_block);
+__device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p, const RowGroup& g, const RowWalk& walk,
+                                                   Body&& body) {
+  const std::int64_t first = walk.unit * p.rows_per_block + g.index;
+  const std::int64_t row_step = walk.units * p.rows_per_block;
+  const std::int64_t iterations = walk.iterations(p.rows, p.rows_per_block);
+  const RowPtr<const T> xs{p.x.data + walk.col0, p.x.stride}, dys{p.dy.data + walk.col0, p.dy.stride};
+  const int n = walk.cols;
   if constexpr (kStaged) {
     const RowStages<T, ITEMS, VEC, 2> stages(p.stages);
     // The copies walk the iterations in order (0, 1, 2, ...): running row pointers instead of a
     // 64-bit multiply per row and tensor.
     std::int64_t copy_row = first;
-    const T* x_row = p.x.data + first * p.x.stride;
-    const T* dy_row = p.dy.data + first * p.dy.stride;
-    const std::int64_t x_step = row_step * p.x.stride, dy_step = row_step * p.dy.stride;
+    const T* x_row = xs.data + first * xs.stride;
+    const T* dy_row = dys.data + first * dys.stride;
+    const std::int64_t x_step = row_step * xs.stride, dy_step = row_step * dys.stride;
     staged_row_walk(
         iterations, p.stages,
         [&](std::int64_t, int s) {
           if (copy_row < p.rows) {
-            stages.copy_row(s, 0, x_row, g, p.cols);
-            stages.copy_row(s, 1, dy_row, g, p.cols);
+            stages.copy_row(s, 0, x_row, g, n);
+            stages.copy_row(s, 1, dy_row, g, n);
             if (!kRms) stages.copy_stat(s, 0, p.mean + copy_row);
             stages.copy_stat(s, 1, p.rstd + copy_row);
           }
@@ -120,8 +127,8 @@ __device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p
           const std::int64_t r = first + it * row_step;
           const bool active = r < p.rows;
           RowFragment<T, ITEMS, VEC> xv, dyv;
-          stages.read_row(s, 0, xv, g, p.cols, active);
-          stages.read_row(s, 1, dyv, g, p.cols, active);
+          stages.read_row(s, 0, xv, g, n, active);
+          stages.read_row(s, 1, dyv, g, n, active);
           const float mean = (active && !kRms) ? stages.stat(s, 0) : 0.f;
           const float rstd = active ? stages.stat(s, 1) : 0.f;
           body(r, active, xv, dyv, mean, rstd);
@@ -131,8 +138,8 @@ __device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p
       const std::int64_t r = first + it * row_step;
       const bool active = r < p.rows;
       RowFragment<T, ITEMS, VEC> xv, dyv;
-      xv.load(p.x.row(active ? r : 0), g, p.cols, active);
-      dyv.load(p.dy.row(active ? r : 0), g, p.cols, active);
+      xv.load(xs.row(active ? r : 0), g, n, active);
+      dyv.load(dys.row(active ? r : 0), g, n, active);
       float mean = 0.f, rstd = 0.f;
       if (active) row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
       body(r, active, xv, dyv, mean, rstd);

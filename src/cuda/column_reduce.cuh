@@ -127,7 +127,7 @@ void launch_reduce_partials(const BackwardParams<T, W>& params, const float* par
   const dim3 block(unsigned(kWarpSize), unsigned(columns.reduce_block_y));
   const std::size_t smem = sizeof(float) * kWarpSize * std::size_t(columns.reduce_block_y);
   const unsigned strips = unsigned((std::int64_t(params.cols) + kWarpSize - 1) / kWarpSize);
-  launch_kernel(reduce_partials_kernel<T, W>, dim3(strips), block, smem, stream, programmatic,
+  launch_kernel(reduce_partials_kernel<T, W>, dim3(strips), block, smem, stream, LaunchMode{programmatic},
                 "reduce_partials_kernel launch", params, partials, partial_rows);
   check_launch("reduce_partials_kernel");
 }

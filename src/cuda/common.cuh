@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <algorithm>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "normkit/plan.h"
@@ -53,20 +55,38 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 #endif
 }
 
-/// kernel<<<grid, block, smem, stream>>>(args...), programmatically when `programmatic` (see above).
+/// How launch_kernel launches: programmatically (see above), and in thread-block clusters of
+/// `cluster_blocks` consecutive blocks (1 = no clusters; sm_90 on).
+struct LaunchMode {
+  bool programmatic = false;
+  int cluster_blocks = 1;
+};
+
+/// kernel<<<grid, block, smem, stream>>>(args...) with the attributes `mode` asks for.
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
-                   bool programmatic, const char* what, Args&&... args) {
+                   LaunchMode mode, const char* what, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = programmatic ? 1 : 0;
+  cudaLaunchAttribute attributes[2];
+  unsigned count = 0;
+  if (mode.programmatic) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  if (mode.cluster_blocks > 1) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = unsigned(mode.cluster_blocks);
+    attributes[count].val.clusterDim.y = 1;
+    attributes[count].val.clusterDim.z = 1;
+    ++count;
+  }
+  config.attrs = attributes;
+  config.numAttrs = count;
   check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), what);
 }
 
@@ -88,6 +108,44 @@ void allow_dynamic_smem(Kernel* kernel, std::int64_t bytes, const char* what) {
   if (have >= bytes) return;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), what);
   have = bytes;
+}
+
+/// The grid of a persistent kernel run in clusters of `cluster_blocks` blocks (split rows), capped to
+/// the clusters the device holds at once: a cluster that had to wait for a free slot would walk its
+/// rows after all the others (two waves for one cluster's share). The planner sizes the grid from
+/// the blocks per SM alone; where clusters may be placed (a GPC holds whole clusters) is the
+/// device's to say. Asked once per kernel, device, block size, shared memory and cluster size.
+template <typename Kernel>
+unsigned cluster_grid(Kernel* kernel, unsigned planned_blocks, dim3 block, std::size_t smem, int cluster_blocks) {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, unsigned, std::size_t, int>, int> known;
+  int clusters = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), device, block.x, smem, cluster_blocks);
+    const auto it = known.find(key);
+    if (it != known.end()) {
+      clusters = it->second;
+    } else {
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(unsigned(cluster_blocks));
+      config.blockDim = block;
+      config.dynamicSmemBytes = smem;
+      cudaLaunchAttribute attribute[1];
+      attribute[0].id = cudaLaunchAttributeClusterDimension;
+      attribute[0].val.clusterDim.x = unsigned(cluster_blocks);
+      attribute[0].val.clusterDim.y = 1;
+      attribute[0].val.clusterDim.z = 1;
+      config.attrs = attribute;
+      config.numAttrs = 1;
+      check(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config), "cudaOccupancyMaxActiveClusters");
+      known[key] = clusters;
+    }
+  }
+  if (clusters < 1) throw CudaError("normkit: the device holds no cluster of " + std::to_string(cluster_blocks) + " blocks");
+  return std::min(planned_blocks, unsigned(clusters) * unsigned(cluster_blocks));
 }
 
 // ---- element conversions (all math is fp32) ----

@@ -34,9 +34,10 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
   __shared__ float scratch_buffers[GroupScratch::kFloats];
   GroupScratch scratch(scratch_buffers);
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
-  const std::int64_t row_step = std::int64_t(gridDim.x) * p.rows_per_block;
+  const RowWalk walk = RowWalk::of_this_block<false>(p.cols, 1, p.cols);
+  const std::int64_t row_step = walk.units * p.rows_per_block;
   const float inv_n = 1.f / float(p.cols);
-  const std::int64_t first = std::int64_t(blockIdx.x) * p.rows_per_block;
+  const std::int64_t first = walk.unit * p.rows_per_block;
 
   if constexpr (ITEMS > 0) {
     // A lane owns the same columns in every row: small fragments keep weight and bias in registers
@@ -85,7 +86,7 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
       }
     };
     // Every thread walks the same number of iterations: groups of more than a warp synchronise the block.
-    const std::int64_t iterations = row_iterations(p.rows, p.rows_per_block);
+    const std::int64_t iterations = walk.iterations(p.rows, p.rows_per_block);
     const std::int64_t my_first = first + g.index;
     if constexpr (kStaged) {
       const RowStages<T, ITEMS, VEC, 1> stages(p.stages);
@@ -184,7 +185,7 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
       plan.row.stages};
   const dim3 grid(unsigned(plan.row.blocks)), block(unsigned(plan.row.block_threads()));
   const std::size_t smem = std::size_t(plan.row.smem_bytes);
-  dispatch_row_shape<T, kMaxRowItems, true>(plan.row, [&](auto items, auto vec, auto staged) {
+  dispatch_row_shape<T, kMaxRowItems, true, false>(plan.row, [&](auto items, auto vec, auto staged, auto) {
     void (*kernel)(ForwardParams<T, W>) = p.rms ? forward_kernel<T, W, true, staged(), items(), vec()>
                                                : forward_kernel<T, W, false, staged(), items(), vec()>;
     allow_dynamic_smem(kernel, plan.row.smem_bytes, "forward_kernel shared memory");

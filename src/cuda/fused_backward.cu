@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
     for (int i = 0; i < VEC; ++i) acc_dgamma[k][i] = acc_dbeta[k][i] = 0.f;
 
   walk_backward_rows<kStaged, kRms, ITEMS, VEC>(
-      p, g, [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv, const RowFragment<T, ITEMS, VEC>& dyv,
+      p, g, RowWalk::of_this_block<false>(p.cols, 1, p.cols), [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv, const RowFragment<T, ITEMS, VEC>& dyv,
                 float mean, float rstd) {
         RowGrad<ITEMS, VEC> row;
         row.compute(xv, dyv, w, mean, rstd);
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
           float sum_g, sum_g_xhat;
           row.sums(sum_g, sum_g_xhat);
           row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
-          row.template store_dx<kRms>(p.dx.row(active ? r : 0), rstd, sum_g, sum_g_xhat, g, p.cols, active);
+          row.template store_dx<kRms>(p.dx.row(active ? r : 0), rstd, sum_g, sum_g_xhat, g, p.cols, p.cols, active);
         }
       });
 
@@ -150,7 +150,7 @@ void launch_fused_backward(const BackwardProblem& p, const Plan& plan, float* pa
                                                                                        : FusedFinish::SecondLaunch;
   if (finish == FusedFinish::Direct || finish == FusedFinish::Cluster) partials = nullptr;
   const unsigned blocks = unsigned(plan.row.blocks);
-  dispatch_row_shape<T, kMaxFusedItems, false>(plan.row, [&](auto items, auto vec, auto staged) {
+  dispatch_row_shape<T, kMaxFusedItems, false, false>(plan.row, [&](auto items, auto vec, auto staged, auto) {
     void (*kernel)(BackwardParams<T, W>, float*, FusedFinish) =
         p.rms ? fused_backward_kernel<T, W, true, staged(), items(), vec()>
               : fused_backward_kernel<T, W, false, staged(), items(), vec()>;

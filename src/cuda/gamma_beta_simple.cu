@@ -25,7 +25,7 @@ void launch_gamma_beta_simple(const BackwardProblem& p, const Plan& plan, bool p
   const BackwardParams<T, W> params = make_backward_params<T, W>(p, plan);
   const dim3 grid(unsigned(plan.columns.col_blocks)), block(unsigned(plan.columns.block_x));
   launch_kernel(p.rms ? gamma_beta_simple_kernel<T, W, true> : gamma_beta_simple_kernel<T, W, false>, grid, block, 0,
-                stream, programmatic, "gamma_beta_simple_kernel launch", params);
+                stream, LaunchMode{programmatic}, "gamma_beta_simple_kernel launch", params);
   check_launch("gamma_beta_simple_kernel");
 }
 

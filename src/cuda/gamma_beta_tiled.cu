@@ -36,7 +36,7 @@ void launch_gamma_beta_tiled(const BackwardProblem& p, const Plan& plan, bool pr
   const std::size_t smem = column_block_smem(c);
   auto launch = [&](auto rpt, auto vec) {
     launch_kernel(p.rms ? gamma_beta_tiled_kernel<T, W, true, rpt(), vec()> : gamma_beta_tiled_kernel<T, W, false, rpt(), vec()>,
-                  grid, block, smem, stream, programmatic, "gamma_beta_tiled_kernel launch", params);
+                  grid, block, smem, stream, LaunchMode{programmatic}, "gamma_beta_tiled_kernel launch", params);
   };
   constexpr int kVec = int(16 / sizeof(T));
   const auto fail = [&] {

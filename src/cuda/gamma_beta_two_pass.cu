@@ -47,7 +47,7 @@ void launch_gamma_beta_two_pass(const BackwardProblem& p, const Plan& plan, floa
   const std::size_t smem = column_block_smem(c);
   auto launch = [&](auto rpt, auto vec) {
     launch_kernel(p.rms ? two_pass_partials_kernel<T, W, true, rpt(), vec()> : two_pass_partials_kernel<T, W, false, rpt(), vec()>,
-                  grid, block, smem, stream, programmatic, "two_pass_partials_kernel launch", params, partials,
+                  grid, block, smem, stream, LaunchMode{programmatic}, "two_pass_partials_kernel launch", params, partials,
                   c.row_parts, c.rows_per_part);
   };
   constexpr int kVec = int(16 / sizeof(T));

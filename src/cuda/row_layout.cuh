@@ -6,6 +6,8 @@
 
 #include <type_traits>
 
+#include <cooperative_groups.h>
+
 #include "cuda/common.cuh"
 
 namespace normkit::cuda {
@@ -125,13 +127,77 @@ struct RowStages {
   __device__ __forceinline__ float stat(int stage, int which) const { return stats[(stage * 2 + which) * threads]; }
 };
 
-/// This block's row iterations: iteration `it` handles row first + it * row_step + group index.
-/// The same count for every thread of the block (blocks synchronise inside an iteration).
-__device__ __forceinline__ std::int64_t row_iterations(std::int64_t rows, int rows_per_block) {
-  const std::int64_t first = std::int64_t(blockIdx.x) * rows_per_block;
-  const std::int64_t step = std::int64_t(gridDim.x) * rows_per_block;
-  return first < rows ? (rows - first + step - 1) / step : 0;
-}
+/// Which rows and columns this block walks (RowShape::split). Unsplit: block b of the grid walks row
+/// groups b * rows_per_block + g, stepping by the grid, over all N columns. Split: the grid is made of
+/// clusters of `split` blocks; cluster c walks the rows as block c would, and its block of rank r owns
+/// the columns [r * slice_cols, (r + 1) * slice_cols) of them -- the last ranks may own fewer, or none.
+/// Row sums then add over the cluster too (ClusterSum).
+struct RowWalk {
+  std::int64_t unit;   // this block's (unsplit) or cluster's (split) index among the row walkers
+  std::int64_t units;  // their count
+  int rank;            // the block's rank in its cluster (0 unsplit)
+  int col0;            // first column of the block's slice
+  int cols;            // columns in the slice
+
+  template <bool kSplit>
+  __device__ __forceinline__ static RowWalk of_this_block(int n, int split, int slice_cols) {
+    if constexpr (kSplit) {
+      const int rank = int(blockIdx.x) % split;  // 1-D grid, clusters of (split, 1, 1) consecutive blocks
+      const int col0 = rank * slice_cols;
+      return {std::int64_t(blockIdx.x / split), std::int64_t(gridDim.x / split), rank, col0,
+              max(0, min(slice_cols, n - col0))};
+    } else {
+      return {std::int64_t(blockIdx.x), std::int64_t(gridDim.x), 0, 0, n};
+    }
+  }
+  /// Iteration `it` handles row unit * rows_per_block + it * units * rows_per_block + group index;
+  /// the same count for every thread of the walker (its threads synchronise inside an iteration).
+  __device__ __forceinline__ std::int64_t iterations(std::int64_t rows, int rows_per_block) const {
+    const std::int64_t first = unit * rows_per_block, step = units * rows_per_block;
+    return first < rows ? (rows - first + step - 1) / step : 0;
+  }
+};
+
+/// Sums over the blocks of this block's cluster (a split row, RowWalk) of values each block has
+/// already summed over its threads: thread 0 of every block publishes its block's values in its
+/// shared memory, a cluster barrier, then every thread adds all ranks' values in rank order, so every
+/// block gets the same bits. Two slot buffers taken in turn make one barrier per sum enough (the
+/// argument of GroupScratch, cluster-wide); finish() is the barrier that keeps every block's slots
+/// alive until the last reads are done, before any block exits.
+template <int K>
+struct ClusterSum {
+  float* slots;  // 2 * K floats of this block's shared memory
+  int split;
+  int turn = 0;
+  __device__ __forceinline__ ClusterSum(float* shared, int split_) : slots(shared), split(split_) {}
+  __device__ __forceinline__ void sum(float (&v)[K]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    float* mine = slots + turn * K;
+    turn ^= 1;
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) mine[k] = v[k];
+    }
+    cluster.sync();
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = 0.f;
+    for (int r = 0; r < split; ++r) {
+      const float* theirs = cluster.map_shared_rank(mine, r);
+#pragma unroll
+      for (int k = 0; k < K; ++k) v[k] += theirs[k];
+    }
+#else
+    __trap();  // the planner splits rows only on devices with clusters (sm_90 on)
+#endif
+  }
+  __device__ __forceinline__ void finish() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cooperative_groups::this_cluster().sync();
+#endif
+  }
+};
 
 /// The software pipeline of a staged row kernel: copy(it, stage) starts iteration it's copies into
 /// `stage`, use(it, stage) consumes them; depth - 1 iterations are in flight while one is used.
@@ -244,27 +310,38 @@ namespace normkit::cuda {
 template <int V>
 using IntConst = std::integral_constant<int, V>;
 
-/// Calls f(IntConst<ITEMS>, IntConst<VEC>, BoolConst<kStaged>) for the plan's runtime (items, vec,
-/// stages > 0): the template instances that exist are items in {1, 2, 4, 8} up to kMaxItems, 0
-/// (streaming) when kStreaming, vec in {1, 16 / sizeof(T)}, and staged ones for cached rows of
-/// 16-byte vectors.
+/// Calls f(IntConst<ITEMS>, IntConst<VEC>, BoolConst<kStaged>, BoolConst<kSplit>) for the plan's
+/// runtime (items, vec, stages > 0, split > 1): the template instances that exist are items in {1, 2,
+/// 4, 8} up to kMaxItems, 0 (streaming) when kStreaming, vec in {1, 16 / sizeof(T)}, staged ones for
+/// cached rows of 16-byte vectors, and -- with kSplittable -- split ones for kSplitItems items of
+/// 16-byte vectors only (the planner's split rule, plan_split_rows).
 template <bool V>
 using BoolConst = std::integral_constant<bool, V>;
 
-template <typename T, int kMaxItems, bool kStreaming, typename F>
+template <typename T, int kMaxItems, bool kStreaming, bool kSplittable, typename F>
 void dispatch_row_shape(const RowShape& shape, F&& f) {
   constexpr int kVec = int(16 / sizeof(T));
   auto call = [&](auto items, auto vec) {
     if constexpr (items() > 0 && vec() > 1) {
+      if constexpr (kSplittable && items() == kSplitItems && vec() == kVec) {
+        if (shape.split > 1) {
+          if (shape.stages > 0) f(items, vec, BoolConst<true>{}, BoolConst<true>{});
+          else f(items, vec, BoolConst<false>{}, BoolConst<true>{});
+          return;
+        }
+      }
       if (shape.stages > 0) {
-        f(items, vec, BoolConst<true>{});
+        f(items, vec, BoolConst<true>{}, BoolConst<false>{});
         return;
       }
     }
+    if (shape.split > 1)
+      throw CudaError("normkit: internal error: no split kernel instance for items = " + std::to_string(shape.items) +
+                      ", vec = " + std::to_string(shape.vec));
     if (shape.stages > 0)
       throw CudaError("normkit: internal error: no staged kernel instance for items = " + std::to_string(shape.items) +
                       ", vec = " + std::to_string(shape.vec));
-    f(items, vec, BoolConst<false>{});
+    f(items, vec, BoolConst<false>{}, BoolConst<false>{});
   };
   auto with_vec = [&](auto vec) {
     switch (shape.items) {

@@ -103,6 +103,34 @@ void stage_row_kernel(RowShape& s, const Problem& p, const DeviceFacts& device, 
   if (s.stages > 0) s.blocks = resident_grid;
 }
 
+/// dX rows too long to cache in one block (row_shape streamed them: items = 0), split over a thread-block
+/// cluster instead when it can hold them: `split` blocks of kSplitBlockThreads threads, each caching
+/// kSplitItems 16-byte vectors per thread of its slice, so the row is read once (streamed rows are
+/// read twice). At most PlannerTable::row_split_max and DeviceFacts::max_cluster_blocks blocks. The
+/// grid: as many clusters as the blocks the kernels' launch bounds keep resident (two per SM), at
+/// most one per row -- the launch caps it further to the clusters the device can hold at once.
+/// Returns false (and leaves `s` alone) when the row is not split.
+bool split_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+  if (s.items != 0 || s.vec == 1) return false;
+  const int cap = std::min({t.row_split_max, device.max_cluster_blocks, kMaxSplit});
+  const std::int64_t vectors = ceil_div(p.cols, s.vec);
+  const std::int64_t per_block = std::int64_t(kSplitBlockThreads) * kSplitItems;
+  const std::int64_t split = ceil_div(vectors, per_block);
+  if (cap < 2 || split > cap) return false;
+  RowShape out;
+  out.vec = s.vec;
+  out.items = kSplitItems;
+  out.threads_per_row = kSplitBlockThreads;
+  out.rows_per_block = 1;
+  out.split = int(std::max<std::int64_t>(split, 2));
+  out.slice_cols = int(ceil_div(vectors, out.split) * out.vec);
+  const std::int64_t resident_clusters =
+      std::max<std::int64_t>(1, std::int64_t(device.sm_count) * guaranteed_row_blocks_per_sm(out) / out.split);
+  out.blocks = std::min<std::int64_t>(std::max<std::int64_t>(p.rows, 1), resident_clusters) * out.split;
+  s = out;
+  return true;
+}
+
 /// The fused backward holds its dgamma/dbeta accumulators in registers next to the cached row, so
 /// its rows must fit kMaxFusedItems vectors per thread in a block of row_block_threads threads.
 bool fused_fits(const Problem& p, std::string* why) {
@@ -265,6 +293,8 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
 
   if (!is_backward(p.op)) {
     out.strategy = Strategy::Simple;  // unused: forward is one row kernel
+    // Rows too long to cache stay streamed (read twice): split over a cluster they were slower at
+    // every width measured (split_rows; docs/NOTES.md entry 20).
     out.row = row_shape(p, device, t, kMaxRowItems, device.max_threads_per_block, t.row_block_threads);
     stage_row_kernel(out.row, p, device, t, 1, false);
     return out;
@@ -303,7 +333,10 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
 
   // Unfused: a dX row kernel (when dx is requested) plus a gamma/beta column kernel.
   out.row = row_shape(p, device, t, kMaxRowItems, device.max_threads_per_block, t.row_block_threads);
-  if (p.mask.dx) stage_row_kernel(out.row, p, device, t, 2, true);
+  if (p.mask.dx) {
+    if (split_rows(out.row, p, device, t)) plan_stages(out.row, p, device, t, 2, true, 2, out.row.blocks / out.row.split, 0);
+    else stage_row_kernel(out.row, p, device, t, 2, true);
+  }
   if (!p.mask.any_gamma_beta()) return out;
   switch (strategy) {
     case Strategy::Simple:
@@ -340,6 +373,7 @@ std::string Plan::describe() const {
   }
   if (!is_backward(op) || mask.dx || strategy == Strategy::Fused) {
     os << " row=vec" << row.vec << "x" << row.items << "/" << row.threads_per_row << "t";
+    if (row.split > 1) os << " split=" << row.split;
     if (row.stages > 0) os << " stages=" << row.stages;
   }
   return os.str();
@@ -373,7 +407,8 @@ std::string format_planner_table(const PlannerTable& t) {
      << "row_items_target = " << t.row_items_target << "\n"
      << "row_block_threads = " << t.row_block_threads << "\n"
      << "row_blocks_per_sm = " << t.row_blocks_per_sm << "\n"
-     << "row_pipeline_stages = " << t.row_pipeline_stages << "\n";
+     << "row_pipeline_stages = " << t.row_pipeline_stages << "\n"
+     << "row_split_max = " << t.row_split_max << "\n";
   return os.str();
 }
 
@@ -439,6 +474,10 @@ PlannerTable load_planner_table(const std::string& path) {
       t.row_block_threads = int(v);
     }
     else if (key == "row_blocks_per_sm") t.row_blocks_per_sm = int(std::max<long long>(v, 1));
+    else if (key == "row_split_max") {
+      if (v > kMaxSplit) fail("row_split_max must be at most " + std::to_string(kMaxSplit) + " (the portable cluster size)");
+      t.row_split_max = int(v);
+    }
     else if (key == "row_pipeline_stages") {
       if (v > kMaxRowStages) fail("row_pipeline_stages must be at most " + std::to_string(kMaxRowStages));
       t.row_pipeline_stages = int(v);

@@ -342,14 +342,86 @@ TEST(Planner, RowShapesCoverTheRowWithinTheRegisterBudget) {
         EXPECT_LE(r.block_threads(), 1024) << where;
         EXPECT_EQ(r.block_threads() % 32 == 0 || r.block_threads() < 32, true) << where;
         if (r.items > 0) {
-          EXPECT_GE(std::int64_t(r.items) * r.threads_per_row * r.vec, n) << where;
+          EXPECT_GE(std::int64_t(r.items) * r.threads_per_row * r.vec * r.split, n) << where;
           EXPECT_LE(r.block_threads(), max_row_threads(r.items)) << where;
+        }
+        if (r.split > 1) {  // the slices cover the row, every block has columns
+          EXPECT_GE(std::int64_t(r.slice_cols) * r.split, n) << where;
+          EXPECT_LT(std::int64_t(r.slice_cols) * (r.split - 1), n) << where;
+          EXPECT_LE(r.slice_cols, std::int64_t(r.items) * r.threads_per_row * r.vec) << where;
+          EXPECT_EQ(r.blocks % r.split, 0) << where;
         }
         EXPECT_EQ(n % r.vec, 0) << where;
         EXPECT_GE(r.blocks, 1) << where;
       }
     }
   }
+}
+
+// dX rows too long for one block's registers are split over a thread-block cluster: blocks of
+// kSplitBlockThreads threads caching kSplitItems 16-byte vectors of their slice. The forward streams
+// them (measured faster, docs/NOTES.md entry 20).
+TEST(Planner, RowsTooLongForOneBlockAreSplitOverACluster) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  auto row_of = [&](Op op, std::int64_t m, std::int64_t n, DType t, const PlannerTable& table = PlannerTable{},
+                    const DeviceFacts& device = DeviceFacts::h200()) {
+    Problem p = backward(m, n, t, {true, true, !is_rms(op)});
+    p.op = op;
+    return normkit::plan(p, device, Strategy::Auto, table).row;
+  };
+  const struct { std::int64_t n; DType t; int split; int slice; } cases[] = {
+      {8192, DType::BF16, 1, 0},       {8200, DType::BF16, 2, 4104},  {16384, DType::F16, 2, 8192},
+      {12296, DType::BF16, 2, 6152},   {65536, DType::BF16, 8, 8192}, {57352, DType::BF16, 8, 7176},
+      {4096, DType::F32, 1, 0},        {20000, DType::F32, 5, 4000},  {32768, DType::F32, 8, 4096},
+      {65544, DType::BF16, 1, 0},      {131072, DType::BF16, 1, 0},   {262144, DType::BF16, 1, 0},
+      {65536, DType::F32, 1, 0}};
+  for (const auto& c : cases) {
+    for (Op op : {Op::LayerNormForward, Op::RmsNormForward, Op::LayerNormBackward, Op::RmsNormBackward}) {
+      const RowShape r = row_of(op, 2048, c.n, c.t);
+      const std::string where = std::string(op_name(op)) + " " + dtype_name(c.t) + " N = " + std::to_string(c.n);
+      if (!is_backward(op)) {
+        EXPECT_EQ(r.split, 1) << where;
+        continue;
+      }
+      EXPECT_EQ(r.split, c.split) << where;
+      if (c.split > 1) {
+        EXPECT_EQ(r.slice_cols, c.slice) << where;
+        EXPECT_EQ(r.items, kSplitItems) << where;
+        EXPECT_EQ(r.threads_per_row, kSplitBlockThreads) << where;
+        EXPECT_EQ(r.rows_per_block, 1) << where;
+        EXPECT_EQ(r.blocks, std::int64_t(h200.sm_count) * 2 / c.split * c.split) << where;  // two blocks per SM
+        EXPECT_GT(r.stages, 1) << where;
+      } else if (c.n > 8192 / (c.t == DType::F32 ? 2 : 1)) {
+        EXPECT_EQ(r.items, 0) << where;  // longer than eight blocks hold: streamed by one block
+      }
+    }
+  }
+  // fewer rows than clusters: one cluster per row
+  EXPECT_EQ(row_of(Op::LayerNormBackward, 7, 65536, DType::BF16).blocks, 7 * 8);
+  // the table, the device and unaligned rows turn it off: streamed
+  PlannerTable no_split;
+  no_split.row_split_max = 1;
+  EXPECT_EQ(row_of(Op::LayerNormBackward, 2048, 16384, DType::BF16, no_split).split, 1);
+  EXPECT_EQ(row_of(Op::LayerNormBackward, 2048, 16384, DType::BF16, no_split).items, 0);
+  PlannerTable four;
+  four.row_split_max = 4;
+  EXPECT_EQ(row_of(Op::LayerNormBackward, 2048, 32768, DType::BF16, four).split, 4);
+  EXPECT_EQ(row_of(Op::LayerNormBackward, 2048, 65536, DType::BF16, four).split, 1);
+  DeviceFacts no_clusters = h200;
+  no_clusters.max_cluster_blocks = 0;
+  EXPECT_EQ(row_of(Op::LayerNormBackward, 2048, 16384, DType::BF16, PlannerTable{}, no_clusters).split, 1);
+  Problem unaligned = backward(2048, 16384, DType::BF16, {true, true, true});
+  unaligned.rows_vector_aligned = false;
+  EXPECT_EQ(normkit::plan(unaligned, h200).row.split, 1);
+  // gamma/beta only: no row kernel, nothing split; the plan names the split
+  EXPECT_EQ(normkit::plan(backward(2048, 65536, DType::BF16, {false, true, true}), h200).row.split, 1);
+  EXPECT_NE(normkit::plan(backward(2048, 65536, DType::BF16, {true, true, true}), h200).describe().find("split=8"),
+            std::string::npos);
+  // the table's cap is checked
+  const std::string path = ::testing::TempDir() + "normkit_split_table.txt";
+  { std::ofstream(path) << "row_split_max = 16\n"; }
+  EXPECT_THROW(load_planner_table(path), Error);
+  std::remove(path.c_str());
 }
 
 TEST(Planner, UnalignedRowsUseTheScalarPath) {
@@ -517,6 +589,7 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.simple_min_cols = 99999;
   t.row_block_threads = 512;
   t.row_pipeline_stages = 3;
+  t.row_split_max = 4;
   const std::string path = ::testing::TempDir() + "normkit_table.txt";
   { std::ofstream(path) << format_planner_table(t); }
   const PlannerTable back = load_planner_table(path);

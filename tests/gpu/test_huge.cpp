@@ -173,6 +173,57 @@ INSTANTIATE_TEST_SUITE_P(Wide, WideRows,
                                          rms_spec("rms_M4_N131072_f32", 4, 131072, DT::F32)),
                          spec_name);
 
+// ---- rows split over a thread-block cluster (RowShape::split): too long for one block's registers ----
+
+Spec split_strided(Spec s) {
+  s.pad_x = 8;
+  s.pad_dy = 16;
+  s.pad_out = 24;
+  return s;
+}
+Spec split_no_weight(Spec s) {
+  s.has_weight = false;
+  s.has_bias = false;
+  return s;
+}
+
+class SplitRows : public testing::TestWithParam<Spec> {};
+
+// dX split over a cluster (the forward of these rows is streamed, checked too)
+TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRun) {
+  const Spec& spec = GetParam();
+  check_forward_and_backward(spec);
+  if (HasFailure()) return;
+  const auto hc = make_host_case(spec);
+  const DeviceCase dc = upload_case(*hc, test_stream());
+  const BackwardOut first = gpu_backward(*hc, dc, spec.full_mask(), Strategy::Auto, test_stream());
+  ASSERT_TRUE(first.ran);
+  ASSERT_GT(first.plan.row.split, 1) << "expected dX on split rows: " << first.plan.describe();
+  const ForwardOut forward = gpu_forward(*hc, dc);
+  for (int run = 1; run < 20 && !HasFailure(); ++run) {
+    expect_same_bits(first, gpu_backward(*hc, dc, spec.full_mask(), Strategy::Auto, test_stream()), "run " + std::to_string(run));
+    const ForwardOut again = gpu_forward(*hc, dc);
+    EXPECT_TRUE(again.y.bytes == forward.y.bytes) << "forward y differs between identical calls, run " << run;
+    EXPECT_TRUE(again.rstd.bytes == forward.rstd.bytes) << "forward rstd differs between identical calls, run " << run;
+    EXPECT_TRUE(again.mean.bytes == forward.mean.bytes) << "forward mean differs between identical calls, run " << run;
+  }
+}
+
+// Blocks per row (16-bit: 1024 vectors of 8 per block): 65536 -> 8, 57352 -> 8 with a short last
+// slice, 16384 -> 2, 12296 -> 2 with unequal slices; fp32 (1024 vectors of 4): 32768 -> 8, 20000 -> 5.
+// M from fewer rows than clusters (7) to many rows per cluster.
+INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
+                         testing::Values(ln_spec("ln_M300_N65536_bf16", 300, 65536, DT::BF16),
+                                         rms_spec("rms_M97_N65536_f16", 97, 65536, DT::F16),
+                                         ln_spec("ln_M7_N57352_bf16", 7, 57352, DT::BF16),
+                                         ln_spec("ln_M1500_N16384_f16", 1500, 16384, DT::F16),
+                                         rms_spec("rms_M513_N12296_bf16", 513, 12296, DT::BF16),
+                                         ln_spec("ln_M64_N20000_f32", 64, 20000, DT::F32),
+                                         rms_spec("rms_M333_N32768_f32", 333, 32768, DT::F32),
+                                         split_strided(ln_spec("ln_M100_N16384_bf16_pad8_16_24", 100, 16384, DT::BF16)),
+                                         split_no_weight(ln_spec("ln_M200_N24576_bf16_noweight", 200, 24576, DT::BF16))),
+                         spec_name);
+
 // ---- mixed precision: fp32 weight/bias/dweight/dbias with fp16/bf16 activations ----
 
 Spec f32_weight(Spec s) {
