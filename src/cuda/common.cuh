@@ -271,13 +271,20 @@ __device__ __forceinline__ void store_vec(T* p, const float (&in)[VEC]) {
 }
 
 // ---- reductions ----
-/// Sum over the `width` lanes of an aligned lane group (width a power of two; the whole warp when
-/// width >= warp size); every lane of the warp must call it. The xor butterfly gives every lane the
-/// same, order-fixed result.
+/// Sum over the `width` lanes of an aligned lane group (width a power of two, < warp size); every
+/// lane of the warp must call it. The xor butterfly gives every lane the same, order-fixed result.
 __device__ __forceinline__ float group_sum_in_warp(float v, int width) {
 #pragma unroll
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
     if (offset < width) v += __shfl_xor_sync(0xffffffffu, v, offset);  // unrolled: no loop counter
+  return v;
+}
+
+/// Sum over a whole warp, unrolled and unconditional (a conditional shuffle is a branch around it:
+/// 15 more branches per row in the fused kernel's loop at 6d0c0f6); every lane gets the same bits.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 
@@ -302,16 +309,21 @@ struct GroupScratch {
 
 /// Sums each of v[0..K) over a row group of `group_threads` threads (a power of two); every lane of
 /// the group gets the same bits. Groups up to a warp reduce with an xor butterfly; larger groups
-/// first reduce each warp, then lane l of every warp reads the sums of warp l % warps_per_group of
-/// its group from `scratch`, and a butterfly of that width adds them in the same order in every
-/// run of lanes. One block barrier per call (GroupScratch), none for groups of up to a warp.
-/// Every thread of the block must call it (it may synchronise the block).
+/// first reduce each warp, then lane l < warps_per_group of every warp reads the sums of warp l of
+/// its group from `scratch` (the other lanes take 0) and one more warp butterfly adds them: a fixed
+/// order, the same in every warp. One block barrier per call (GroupScratch), none for groups of up
+/// to a warp. Every thread of the block must call it (it may synchronise the block).
 template <int K>
 __device__ __forceinline__ void row_group_sum(float (&v)[K], int group_threads, GroupScratch& scratch) {
   static_assert(K <= GroupScratch::kValues, "GroupScratch holds up to kValues sums per warp");
+  if (group_threads < kWarpSize) {
 #pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = group_sum_in_warp(v[k], group_threads);  // the whole warp when wider
-  if (group_threads <= kWarpSize) return;
+    for (int k = 0; k < K; ++k) v[k] = group_sum_in_warp(v[k], group_threads);
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = warp_sum(v[k]);
+  if (group_threads == kWarpSize) return;
   float* buffer = scratch.next();
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
   const int warps_per_group = group_threads / kWarpSize;
@@ -321,9 +333,9 @@ __device__ __forceinline__ void row_group_sum(float (&v)[K], int group_threads, 
     for (int k = 0; k < K; ++k) buffer[K * warp + k] = v[k];
   }
   __syncthreads();
-  const float* theirs = buffer + K * (first_warp + (lane & (warps_per_group - 1)));
+  const bool mine = lane < warps_per_group;
 #pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = group_sum_in_warp(theirs[k], warps_per_group);
+  for (int k = 0; k < K; ++k) v[k] = warp_sum(mine ? buffer[K * (first_warp + lane) + k] : 0.f);
 }
 
 /// row_group_sum of one value.
