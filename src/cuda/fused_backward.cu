@@ -68,8 +68,9 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
     for (int i = 0; i < VEC; ++i) acc_dgamma[k][i] = acc_dbeta[k][i] = 0.f;
 
   walk_backward_rows<kStaged, kRms, ITEMS, VEC>(
-      p, g, RowWalk::of_this_block<false>(p.cols, 1, p.cols), [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv, const RowFragment<T, ITEMS, VEC>& dyv,
-                float mean, float rstd) {
+      p, g, RowWalk::of_this_block<false>(p.cols, 1, p.cols),
+      [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv, const RowFragment<T, ITEMS, VEC>& dyv,
+          float mean, float rstd) {
         RowGrad<ITEMS, VEC> row;
         row.compute(xv, dyv, w, mean, rstd);
         // inactive groups hold zeros: they add nothing (dy = 0)

@@ -314,7 +314,7 @@ using IntConst = std::integral_constant<int, V>;
 /// runtime (items, vec, stages > 0, split > 1): the template instances that exist are items in {1, 2,
 /// 4, 8} up to kMaxItems, 0 (streaming) when kStreaming, vec in {1, 16 / sizeof(T)}, staged ones for
 /// cached rows of 16-byte vectors, and -- with kSplittable -- split ones for kSplitItems items of
-/// 16-byte vectors only (the planner's split rule, plan_split_rows).
+/// 16-byte vectors only (the planner's split rule, split_rows in planner.cpp).
 template <bool V>
 using BoolConst = std::integral_constant<bool, V>;
 

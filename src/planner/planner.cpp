@@ -293,8 +293,8 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
 
   if (!is_backward(p.op)) {
     out.strategy = Strategy::Simple;  // unused: forward is one row kernel
-    // Rows too long to cache stay streamed (read twice): split over a cluster they were slower at
-    // every width measured (split_rows; docs/NOTES.md entry 20).
+    // Rows too long to cache stay streamed (read twice): split over a cluster (split_rows) the forward
+    // was 1.1-1.2x slower at N = 16384..32768 and no faster at 65536 (docs/NOTES.md entry 20).
     out.row = row_shape(p, device, t, kMaxRowItems, device.max_threads_per_block, t.row_block_threads);
     stage_row_kernel(out.row, p, device, t, 1, false);
     return out;
