@@ -613,6 +613,14 @@ TEST(PlannerTable, MalformedFileNamesTheLine) {
   EXPECT_THROW(load_planner_table(path), Error);
   { std::ofstream(path) << "fused_cluster_max_blocks = 16\n"; }  // beyond the portable cluster size
   EXPECT_THROW(load_planner_table(path), Error);
+  // a key of older tables says what replaced it
+  { std::ofstream(path) << "fused_min_elements = 2097152\n"; }
+  try {
+    load_planner_table(path);
+    FAIL() << "fused_min_elements must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fused_min_bytes"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(load_planner_table(path + ".missing"), Error);
   std::remove(path.c_str());
 }
