@@ -932,6 +932,15 @@ int main_impl(int argc, char** argv) {
     return 2;
   }
 
+  // A table named by NORMKIT_PLANNER_TABLE is read now: a malformed one would otherwise surface as
+  // every measurement "n/a" (each plan throws), with its reason only in the JSON.
+  try {
+    (void)normkit::default_planner_table();
+  } catch (const normkit::Error& e) {
+    std::cerr << "normkit-bench: NORMKIT_PLANNER_TABLE: " << e.what() << "\n";
+    return 2;
+  }
+
   std::string why_cpu;
   std::unique_ptr<Backend> backend = make_backend(&why_cpu);
   Context ctx;

@@ -5,7 +5,7 @@
 # summary is printed last.
 #
 #   scripts/gpu-check.sh [stage ...]     stages: build ctest python bench (= seed llm) llm-unstaged sweep profile
-#                                        profile-wide pyprobe pysmoke peers e2e
+#                                        profile-wide pyprobe pysmoke peers e2e tables
 #                                        (default: build ctest python bench)
 #
 # Environment: OUT (log folder, default ./gpu-check-out), JOBS (build parallelism, default nproc),
@@ -16,6 +16,11 @@
 # GTEST_FILTER=-Huge.MoreThan2Pow31Elements leaves out the M*N > 2^31 case, 74 of the GPU suite's
 # 135 s on the H200 (cd78ebb), for re-runs after changes that cannot touch 64-bit indexing; the
 # summary then says that tests were filtered out.
+#
+# Stage `tables`: the same benchmark once per planner table, to A/B a threshold or launch shape
+# without a rebuild. PROBE_TABLES = "name:key=value,key=value;name2:..." ("name:" alone = the
+# built-in table); PROBE_ARGS = the normkit-bench arguments (default: the llm suite in graph mode).
+# Each run writes results/probe-<name>.md and .json; the summary names them.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -153,6 +158,21 @@ if has_stage profile; then
       --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
       --section InstructionStats -k "regex:$kernel" -c 1 \
       "$BENCH" --shape 131072,4096 --op ln_fwd,ln_bwd --dtype bf16 --strategy fused --mode events --iters 1 --warmup 0 --runs 1
+  done
+fi
+if has_stage tables; then
+  # e.g. PROBE_TABLES="default:;items2:row_items_target=2;nosplit:row_split_max=1"
+  IFS=';' read -r -a PROBE_SPECS <<< "${PROBE_TABLES:-default:}"
+  read -r -a PROBE_BENCH_ARGS <<< "${PROBE_ARGS:---suite llm --mode graph --iters 20 --warmup 3 --budget 0.5}"
+  for spec in "${PROBE_SPECS[@]}"; do
+    name=${spec%%:*}
+    keys=${spec#*:}
+    [ "$name" = "$spec" ] && keys=""
+    table="$WORK/probe-$name.table"
+    printf '%s\n' "${keys//,/$'\n'}" > "$table"
+    NORMKIT_PLANNER_TABLE="$table" run_stage "tables-$name" "$BENCH" "${PROBE_BENCH_ARGS[@]}" \
+      --commit "$COMMIT+table:$name" --md "$RESULTS/probe-$name.md" --json "$RESULTS/probe-$name.json"
+    say "  table $name: ${keys:-(built-in)} -> results/probe-$name.md"
   done
 fi
 if has_stage peers; then
