@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -599,28 +600,21 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
 
 TEST(PlannerTable, MalformedFileNamesTheLine) {
   const std::string path = ::testing::TempDir() + "normkit_bad_table.txt";
-  { std::ofstream(path) << "# comment\nsimple_max_rows = 4\nno_such_key = 1\n"; }
-  try {
-    load_planner_table(path);
-    FAIL() << "unknown key must throw";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("line 3"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("no_such_key"), std::string::npos) << e.what();
-  }
-  { std::ofstream(path) << "row_block_threads = 300\n"; }
-  EXPECT_THROW(load_planner_table(path), Error);
-  { std::ofstream(path) << "row_pipeline_stages = 9\n"; }
-  EXPECT_THROW(load_planner_table(path), Error);
-  { std::ofstream(path) << "fused_cluster_max_blocks = 16\n"; }  // beyond the portable cluster size
-  EXPECT_THROW(load_planner_table(path), Error);
-  // a key of older tables says what replaced it
-  { std::ofstream(path) << "fused_min_elements = 2097152\n"; }
-  try {
-    load_planner_table(path);
-    FAIL() << "fused_min_elements must throw";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("fused_min_bytes"), std::string::npos) << e.what();
-  }
+  // loading `content` must throw normkit::Error whose message holds every one of `parts`
+  auto expect_error = [&](const std::string& content, std::initializer_list<const char*> parts) {
+    { std::ofstream(path) << content; }
+    try {
+      load_planner_table(path);
+      ADD_FAILURE() << "must throw: " << content;
+    } catch (const Error& e) {
+      for (const char* part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_error("# comment\nsimple_max_rows = 4\nno_such_key = 1\n", {"line 3", "no_such_key"});
+  expect_error("row_block_threads = 300\n", {"row_block_threads"});
+  expect_error("row_pipeline_stages = 9\n", {"row_pipeline_stages"});
+  expect_error("fused_cluster_max_blocks = 16\n", {"fused_cluster_max_blocks"});  // beyond the portable cluster size
+  expect_error("fused_min_elements = 2097152\n", {"fused_min_bytes"});  // an older table's key says what replaced it
   EXPECT_THROW(load_planner_table(path + ".missing"), Error);
   std::remove(path.c_str());
 }
