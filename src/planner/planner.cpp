@@ -4,6 +4,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <type_traits>
+#include <utility>
 
 #include "normkit/plan.h"
 
@@ -379,36 +382,105 @@ std::string Plan::describe() const {
   return os.str();
 }
 
+namespace {
+
+/// One key of the planner table's text format: how it is written and read. format_planner_table and
+/// load_planner_table both walk kTableKeys, so a key is declared once. `check` returns why a value
+/// (already >= 0) is rejected, or "" to accept it; `set` may still clamp it.
+struct TableKey {
+  const char* name;
+  long long (*get)(const PlannerTable&);
+  void (*set)(PlannerTable&, long long);
+  std::string (*check)(long long);
+};
+
+template <auto M>
+long long read_member(const PlannerTable& t) {
+  return static_cast<long long>(t.*M);
+}
+template <auto M>
+void write_member(PlannerTable& t, long long v) {
+  using Field = std::remove_reference_t<decltype(t.*M)>;
+  t.*M = static_cast<Field>(v);
+}
+template <auto M>
+void write_at_least_one(PlannerTable& t, long long v) {
+  write_member<M>(t, std::max(v, 1LL));
+}
+std::string accept(long long) { return ""; }
+
+template <auto M>
+constexpr TableKey key(const char* name, std::string (*check)(long long) = accept) {
+  return {name, read_member<M>, write_member<M>, check};
+}
+template <auto M>
+constexpr TableKey key_at_least_one(const char* name) {
+  return {name, read_member<M>, write_at_least_one<M>, accept};
+}
+
+using Table = PlannerTable;
+const TableKey kTableKeys[] = {
+    key<&Table::simple_max_rows>("simple_max_rows"),
+    key<&Table::tile64_min_rows>("tile64_min_rows"),
+    key<&Table::tile128_min_rows>("tile128_min_rows"),
+    key<&Table::tile256_min_rows>("tile256_min_rows"),
+    key_at_least_one<&Table::two_pass_min_rows_per_part>("two_pass_min_rows_per_part"),
+    key_at_least_one<&Table::two_pass_target_blocks_per_sm>("two_pass_target_blocks_per_sm"),
+    key<&Table::tiled_with_dx_max_rows>("tiled_with_dx_max_rows"),
+    key<&Table::fused_enabled>("fused_enabled"),
+    key<&Table::fused_min_bytes>("fused_min_bytes"),
+    key<&Table::fused_min_row_bytes>("fused_min_row_bytes"),
+    key<&Table::fused_min_rows>("fused_min_rows"),
+    key<&Table::fused_gb_min_rows>("fused_gb_min_rows"),
+    key<&Table::fused_unaligned_max_cols>("fused_unaligned_max_cols"),
+    key<&Table::simple_min_cols>("simple_min_cols"),
+    key_at_least_one<&Table::fused_min_rows_per_block>("fused_min_rows_per_block"),
+    key<&Table::fused_single_launch>("fused_single_launch"),
+    key<&Table::fused_cluster_max_elements>("fused_cluster_max_elements"),
+    key<&Table::fused_cluster_max_cols>("fused_cluster_max_cols"),
+    key<&Table::fused_cluster_max_blocks>("fused_cluster_max_blocks",
+                                      [](long long v) -> std::string {
+                                        return v > 8 ? "fused_cluster_max_blocks must be at most 8 (the portable "
+                                                       "cluster size normkit launches)"
+                                                     : "";
+                                      }),
+    key<&Table::programmatic_launch>("programmatic_launch"),
+    key<&Table::column_vec_min_cols>("column_vec_min_cols"),
+    key<&Table::column_vec_two_pass_min_rows>("column_vec_two_pass_min_rows"),
+    {"row_items_target", read_member<&Table::row_items_target>,
+     [](PlannerTable& t, long long v) { t.row_items_target = int(std::clamp<long long>(v, 1, kMaxRowItems)); }, accept},
+    key<&Table::row_block_threads>("row_block_threads",
+                               [](long long v) -> std::string {
+                                 return (v < 32 || v > 1024 || (v & (v - 1)))
+                                            ? "row_block_threads must be a power of two in [32, 1024]"
+                                            : "";
+                               }),
+    key_at_least_one<&Table::row_blocks_per_sm>("row_blocks_per_sm"),
+    key<&Table::row_pipeline_stages>("row_pipeline_stages",
+                                 [](long long v) {
+                                   return v > kMaxRowStages
+                                              ? "row_pipeline_stages must be at most " + std::to_string(kMaxRowStages)
+                                              : std::string();
+                                 }),
+    key<&Table::row_split_max>("row_split_max",
+                           [](long long v) {
+                             return v > kMaxSplit ? "row_split_max must be at most " + std::to_string(kMaxSplit) +
+                                                        " (the portable cluster size)"
+                                                  : std::string();
+                           }),
+};
+
+/// Keys of older tables, with what replaced them (a clear error instead of "unknown key").
+const std::pair<const char*, const char*> kReplacedKeys[] = {
+    {"fused_min_elements", "fused_min_bytes and fused_min_row_bytes"},
+};
+
+}  // namespace
+
 std::string format_planner_table(const PlannerTable& t) {
   std::ostringstream os;
-  os << "# normkit planner table (key = value); read by load_planner_table()\n"
-     << "simple_max_rows = " << t.simple_max_rows << "\n"
-     << "tile64_min_rows = " << t.tile64_min_rows << "\n"
-     << "tile128_min_rows = " << t.tile128_min_rows << "\n"
-     << "tile256_min_rows = " << t.tile256_min_rows << "\n"
-     << "two_pass_min_rows_per_part = " << t.two_pass_min_rows_per_part << "\n"
-     << "two_pass_target_blocks_per_sm = " << t.two_pass_target_blocks_per_sm << "\n"
-     << "tiled_with_dx_max_rows = " << t.tiled_with_dx_max_rows << "\n"
-     << "fused_enabled = " << (t.fused_enabled ? 1 : 0) << "\n"
-     << "fused_min_bytes = " << t.fused_min_bytes << "\n"
-     << "fused_min_row_bytes = " << t.fused_min_row_bytes << "\n"
-     << "fused_min_rows = " << t.fused_min_rows << "\n"
-     << "fused_gb_min_rows = " << t.fused_gb_min_rows << "\n"
-     << "fused_unaligned_max_cols = " << t.fused_unaligned_max_cols << "\n"
-     << "simple_min_cols = " << t.simple_min_cols << "\n"
-     << "fused_min_rows_per_block = " << t.fused_min_rows_per_block << "\n"
-     << "fused_single_launch = " << (t.fused_single_launch ? 1 : 0) << "\n"
-     << "fused_cluster_max_elements = " << t.fused_cluster_max_elements << "\n"
-     << "fused_cluster_max_cols = " << t.fused_cluster_max_cols << "\n"
-     << "fused_cluster_max_blocks = " << t.fused_cluster_max_blocks << "\n"
-     << "programmatic_launch = " << (t.programmatic_launch ? 1 : 0) << "\n"
-     << "column_vec_min_cols = " << t.column_vec_min_cols << "\n"
-     << "column_vec_two_pass_min_rows = " << t.column_vec_two_pass_min_rows << "\n"
-     << "row_items_target = " << t.row_items_target << "\n"
-     << "row_block_threads = " << t.row_block_threads << "\n"
-     << "row_blocks_per_sm = " << t.row_blocks_per_sm << "\n"
-     << "row_pipeline_stages = " << t.row_pipeline_stages << "\n"
-     << "row_split_max = " << t.row_split_max << "\n";
+  os << "# normkit planner table (key = value); read by load_planner_table()\n";
+  for (const TableKey& k : kTableKeys) os << k.name << " = " << k.get(t) << "\n";
   return os.str();
 }
 
@@ -442,47 +514,15 @@ PlannerTable load_planner_table(const std::string& path) {
       fail("value '" + value + "' is not an integer");
     }
     if (v < 0) fail("value of '" + key + "' must be >= 0");
-    if (key == "simple_max_rows") t.simple_max_rows = v;
-    else if (key == "tile64_min_rows") t.tile64_min_rows = v;
-    else if (key == "tile128_min_rows") t.tile128_min_rows = v;
-    else if (key == "tile256_min_rows") t.tile256_min_rows = v;
-    else if (key == "two_pass_min_rows_per_part") t.two_pass_min_rows_per_part = std::max<long long>(v, 1);
-    else if (key == "two_pass_target_blocks_per_sm") t.two_pass_target_blocks_per_sm = int(std::max<long long>(v, 1));
-    else if (key == "fused_enabled") t.fused_enabled = v != 0;
-    else if (key == "tiled_with_dx_max_rows") t.tiled_with_dx_max_rows = v;
-    else if (key == "fused_min_bytes") t.fused_min_bytes = v;
-    else if (key == "fused_min_row_bytes") t.fused_min_row_bytes = v;
-    else if (key == "fused_min_elements") fail("fused_min_elements was replaced by fused_min_bytes and fused_min_row_bytes");
-    else if (key == "fused_min_rows") t.fused_min_rows = v;
-    else if (key == "fused_gb_min_rows") t.fused_gb_min_rows = v;
-    else if (key == "fused_unaligned_max_cols") t.fused_unaligned_max_cols = v;
-    else if (key == "simple_min_cols") t.simple_min_cols = v;
-    else if (key == "fused_single_launch") t.fused_single_launch = v != 0;
-    else if (key == "fused_cluster_max_elements") t.fused_cluster_max_elements = v;
-    else if (key == "fused_cluster_max_cols") t.fused_cluster_max_cols = v;
-    else if (key == "programmatic_launch") t.programmatic_launch = v != 0;
-    else if (key == "fused_cluster_max_blocks") {
-      if (v > 8) fail("fused_cluster_max_blocks must be at most 8 (the portable cluster size normkit launches)");
-      t.fused_cluster_max_blocks = int(v);
-    }
-    else if (key == "fused_min_rows_per_block") t.fused_min_rows_per_block = std::max<long long>(v, 1);
-    else if (key == "column_vec_min_cols") t.column_vec_min_cols = v;
-    else if (key == "column_vec_two_pass_min_rows") t.column_vec_two_pass_min_rows = v;
-    else if (key == "row_items_target") t.row_items_target = int(std::clamp<long long>(v, 1, kMaxRowItems));
-    else if (key == "row_block_threads") {
-      if (v < 32 || v > 1024 || (v & (v - 1))) fail("row_block_threads must be a power of two in [32, 1024]");
-      t.row_block_threads = int(v);
-    }
-    else if (key == "row_blocks_per_sm") t.row_blocks_per_sm = int(std::max<long long>(v, 1));
-    else if (key == "row_split_max") {
-      if (v > kMaxSplit) fail("row_split_max must be at most " + std::to_string(kMaxSplit) + " (the portable cluster size)");
-      t.row_split_max = int(v);
-    }
-    else if (key == "row_pipeline_stages") {
-      if (v > kMaxRowStages) fail("row_pipeline_stages must be at most " + std::to_string(kMaxRowStages));
-      t.row_pipeline_stages = int(v);
-    }
-    else fail("unknown key '" + key + "'");
+    for (const auto& [old_key, replacement] : kReplacedKeys)
+      if (key == old_key) fail(key + " was replaced by " + replacement);
+    const TableKey* found = nullptr;
+    for (const TableKey& k : kTableKeys)
+      if (key == k.name) found = &k;
+    if (found == nullptr) fail("unknown key '" + key + "'");
+    const std::string why = found->check(v);
+    if (!why.empty()) fail(why);
+    found->set(t, v);
   }
   if (!(t.tile64_min_rows <= t.tile128_min_rows && t.tile128_min_rows <= t.tile256_min_rows))
     throw Error("normkit: planner table '" + path + "': tile band thresholds must be increasing");
