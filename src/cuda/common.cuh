@@ -55,11 +55,13 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 #endif
 }
 
-/// How launch_kernel launches: programmatically (see above), and in thread-block clusters of
-/// `cluster_blocks` consecutive blocks (1 = no clusters; sm_90 on).
+/// How launch_kernel launches: programmatically (see above), in thread-block clusters of
+/// `cluster_blocks` consecutive blocks (1 = no clusters; sm_90 on), and cooperatively (every block
+/// resident at once, for a grid-wide sync).
 struct LaunchMode {
   bool programmatic = false;
   int cluster_blocks = 1;
+  bool cooperative = false;
 };
 
 /// kernel<<<grid, block, smem, stream>>>(args...) with the attributes `mode` asks for.
@@ -71,7 +73,7 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attributes[2];
+  cudaLaunchAttribute attributes[3];
   unsigned count = 0;
   if (mode.programmatic) {
     attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -83,6 +85,11 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t
     attributes[count].val.clusterDim.x = unsigned(mode.cluster_blocks);
     attributes[count].val.clusterDim.y = 1;
     attributes[count].val.clusterDim.z = 1;
+    ++count;
+  }
+  if (mode.cooperative) {
+    attributes[count].id = cudaLaunchAttributeCooperative;
+    attributes[count].val.cooperative = 1;
     ++count;
   }
   config.attrs = attributes;

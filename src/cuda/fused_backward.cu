@@ -156,25 +156,10 @@ void launch_fused_backward(const BackwardProblem& p, const Plan& plan, float* pa
         p.rms ? fused_backward_kernel<T, W, true, staged(), items(), vec()>
               : fused_backward_kernel<T, W, false, staged(), items(), vec()>;
     allow_dynamic_smem(kernel, plan.row.smem_bytes, "fused_backward_kernel shared memory");
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(blocks);
-    config.blockDim = dim3(unsigned(plan.row.block_threads()));
-    config.dynamicSmemBytes = std::size_t(plan.row.smem_bytes);
-    config.stream = stream;
-    cudaLaunchAttribute attribute[1];
-    config.attrs = attribute;
-    if (finish == FusedFinish::GridSync) {
-      attribute[0].id = cudaLaunchAttributeCooperative;
-      attribute[0].val.cooperative = 1;
-      config.numAttrs = 1;
-    } else if (finish == FusedFinish::Cluster) {
-      attribute[0].id = cudaLaunchAttributeClusterDimension;
-      attribute[0].val.clusterDim.x = blocks;  // the whole grid is one cluster
-      attribute[0].val.clusterDim.y = 1;
-      attribute[0].val.clusterDim.z = 1;
-      config.numAttrs = 1;
-    }
-    check(cudaLaunchKernelEx(&config, kernel, params, partials, finish), "fused_backward_kernel launch");
+    // GridSync: one cooperative launch; Cluster: the whole grid is one cluster
+    const LaunchMode mode{false, finish == FusedFinish::Cluster ? int(blocks) : 1, finish == FusedFinish::GridSync};
+    launch_kernel(kernel, dim3(blocks), dim3(unsigned(plan.row.block_threads())), std::size_t(plan.row.smem_bytes),
+                  stream, mode, "fused_backward_kernel launch", params, partials, finish);
   });
   check_launch("fused_backward_kernel");
   if (finish == FusedFinish::SecondLaunch && p.mask().any_gamma_beta())
