@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
   if constexpr (ITEMS > 0) {
     // A lane owns the same columns in every row: small fragments keep their weights in registers
     // for the whole walk; large ones re-read them (16-byte L1 hits) to stay within the register budget.
-    constexpr bool kKeepWeights = keep_weights<W, ITEMS, VEC>();
+    constexpr bool kKeepWeights = keep_weights<W, ITEMS, VEC, kStaged>();
     const W* weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
     WeightFragment<W, ITEMS, VEC> w;
     if constexpr (kKeepWeights) w.load(weight, g, walk.cols, 1.f);
@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
           row.sums(sums[0], sums[1]);
           row_group_sum(sums, g.threads, scratch);
           if constexpr (kSplit) cluster.sum(sums);
-          row.template store_dx<kRms>(p.dx.row(active ? r : 0) + walk.col0, rstd, sums[0], sums[1], g, p.cols, walk.cols,
+          row.template store_dx<kRms>(p.dx.row(active ? r : 0) + walk.col0, rstd, sums[0], sums[1], g, p.inv_cols, walk.cols,
                                       active);
         });
     if constexpr (kSplit) cluster.finish();
@@ -78,8 +78,7 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
       }
       row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
       if (active) {
-        const float inv_n = 1.f / float(p.cols);
-        const float mean_g = kRms ? 0.f : sum_g * inv_n, mean_g_xhat = sum_g_xhat * inv_n;
+        const float mean_g = kRms ? 0.f : sum_g * p.inv_cols, mean_g_xhat = sum_g_xhat * p.inv_cols;
         T* dx_row = p.dx.row(r);
         stream_row<VEC>(g, p.cols, load, [&](int u, int col) {
           float w[VEC], dx[VEC];
@@ -108,6 +107,7 @@ BackwardParams<T, W> make_backward_params(const BackwardProblem& p, const Plan& 
           p.dbias ? static_cast<W*>(p.dbias->data) : nullptr,
           p.rows(),
           int(p.cols()),
+          1.f / float(p.cols()),
           plan.row.threads_per_row,
           plan.row.rows_per_block,
           plan.row.stages,

@@ -20,6 +20,7 @@ struct BackwardParams {
   W* dbias;               // nullptr when not requested (always for RMSNorm)
   std::int64_t rows;
   int cols;
+  float inv_cols;         // 1 / N, rounded once on the host (a division is a call in the kernel's prologue)
   int threads_per_row;
   int rows_per_block;
   int stages;             // RowShape::stages: 0 = rows loaded straight into registers
@@ -67,14 +68,13 @@ struct RowGrad {
 
   /// With the row sums reduced over the group (and the cluster of a split row): dx = rstd * (g -
   /// mean(g) - xhat * mean(g * xhat)) (RMSNorm: no mean(g) term) for this lane's slots of a row of
-  /// `cols` columns, `n` of them in this block. g - mean(g) is exactly 0 where the row is constant
+  /// N columns (inv_cols = 1 / N), `n` of them in this block. g - mean(g) is exactly 0 where the row is constant
   /// (N = 1) because g is the same rounded product in both.
   template <bool kRms, typename T>
   __device__ __forceinline__ void store_dx(T* dx_row, float rstd, float sum_g, float sum_g_xhat, const RowGroup& grp,
-                                           int cols, int n, bool active) const {
-    const float inv_n = 1.f / float(cols);
-    const float mean_g = kRms ? 0.f : sum_g * inv_n;
-    const float mean_g_xhat = sum_g_xhat * inv_n;
+                                           float inv_cols, int n, bool active) const {
+    const float mean_g = kRms ? 0.f : sum_g * inv_cols;
+    const float mean_g_xhat = sum_g_xhat * inv_cols;
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k)
       store_slot<T, VEC>(dx_row, grp, k, n, active,
@@ -99,10 +99,10 @@ __device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p
                                                    Body&& body) {
   const std::int64_t first = walk.unit * p.rows_per_block + g.index;
   const std::int64_t row_step = walk.units * p.rows_per_block;
-  const std::int64_t iterations = walk.iterations(p.rows, p.rows_per_block);
   const RowPtr<const T> xs{p.x.data + walk.col0, p.x.stride}, dys{p.dy.data + walk.col0, p.dy.stride};
   const int n = walk.cols;
   if constexpr (kStaged) {
+    const std::int64_t iterations = walk.iterations(p.rows, p.rows_per_block);
     const RowStages<T, ITEMS, VEC, 2> stages(p.stages);
     // The copies walk the iterations in order (0, 1, 2, ...): running row pointers instead of a
     // 64-bit multiply per row and tensor.
@@ -134,8 +134,9 @@ __device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p
           body(r, active, xv, dyv, mean, rstd);
         });
   } else {
-    for (std::int64_t it = 0; it < iterations; ++it) {
-      const std::int64_t r = first + it * row_step;
+    // The block's first row decides (the same for all its threads): no iteration count needed.
+    for (std::int64_t base = first - g.index; base < p.rows; base += row_step) {
+      const std::int64_t r = base + g.index;
       const bool active = r < p.rows;
       RowFragment<T, ITEMS, VEC> xv, dyv;
       xv.load(xs.row(active ? r : 0), g, n, active);

@@ -9,7 +9,11 @@ namespace normkit::cuda {
 
 /// Sums over rows [row_begin, row_end) for the VEC consecutive columns col, col + 1, ... of this
 /// thread: thread row `ty` of `block_y` takes rows ty, ty + block_y, ... with RPT of them unrolled
-/// per step so that several loads are in flight. VEC > 1 reads 16 bytes per row and tensor, which
+/// per step. A step issues all its loads before it adds anything: with the load and the add of each
+/// row behind its own bounds branch, the RPT rows of a step were RPT memory round trips in series
+/// (SASS at 2e5db88), the whole latency of a small gamma/beta launch. Rows past the end load as
+/// dy = x = mean = rstd = 0 and add exactly +0, which leaves every sum's bits as they were (a sum that
+/// starts at +0 is never -0). VEC > 1 reads 16 bytes per row and tensor, which
 /// needs the planner's vector rule (16-byte aligned rows, N % VEC == 0): a warp then reads 512
 /// contiguous bytes of a row where one column per lane reads 64 (bf16).
 template <typename T, typename W, bool kRms, int RPT, int VEC>
@@ -20,21 +24,28 @@ __device__ __forceinline__ void accumulate_columns(const BackwardParams<T, W>& p
   for (int i = 0; i < VEC; ++i) dgamma[i] = dbeta[i] = 0.f;
   if (col >= p.cols) return;
   for (std::int64_t r0 = row_begin + ty; r0 < row_end; r0 += std::int64_t(block_y) * RPT) {
+    Pack<T, VEC> dy[RPT], x[RPT];
+    float mean[RPT], rstd[RPT];
 #pragma unroll
     for (int j = 0; j < RPT; ++j) {
       const std::int64_t r = r0 + std::int64_t(j) * block_y;
       if (r < row_end) {
-        const Pack<T, VEC> dy = Pack<T, VEC>::load(p.dy.row(r) + col);
-        const Pack<T, VEC> x = Pack<T, VEC>::load(p.x.row(r) + col);
-        float mean, rstd;
-        row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          dgamma[i] += dy.get(i) * (x.get(i) - mean) * rstd;
-          dbeta[i] += dy.get(i);
-        }
+        dy[j] = Pack<T, VEC>::load(p.dy.row(r) + col);
+        x[j] = Pack<T, VEC>::load(p.x.row(r) + col);
+        row_stats<kRms>(p.mean, p.rstd, r, mean[j], rstd[j]);
+      } else {
+        dy[j].zero();
+        x[j].zero();
+        mean[j] = rstd[j] = 0.f;
       }
     }
+#pragma unroll
+    for (int j = 0; j < RPT; ++j)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        dgamma[i] += dy[j].get(i) * (x[j].get(i) - mean[j]) * rstd[j];
+        dbeta[i] += dy[j].get(i);
+      }
   }
 }
 

@@ -23,6 +23,7 @@ struct ForwardParams {
   float* rstd;
   std::int64_t rows;
   int cols;
+  float inv_cols;  // 1 / N, rounded once on the host (a division is a call in the kernel's prologue)
   float eps;
   int threads_per_row;
   int rows_per_block;
@@ -36,21 +37,25 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
   const RowWalk walk = RowWalk::of_this_block<false>(p.cols, 1, p.cols);
   const std::int64_t row_step = walk.units * p.rows_per_block;
-  const float inv_n = 1.f / float(p.cols);
+  const float inv_n = p.inv_cols;
   const std::int64_t first = walk.unit * p.rows_per_block;
 
   if constexpr (ITEMS > 0) {
-    // A lane owns the same columns in every row: small fragments keep weight and bias in registers
-    // for the whole walk; large ones re-read them (16-byte L1 hits) to stay within the register budget.
-    constexpr bool kKeepWeights = keep_weights<W, ITEMS, VEC>();
+    // A lane owns the same columns in every row: small fragments of staged walks keep weight and bias
+    // in registers for the whole walk; the others load them with each row (keep_weights).
+    constexpr bool kKeepWeights = keep_weights<W, ITEMS, VEC, kStaged>();
     WeightFragment<W, ITEMS, VEC> w, b;
     if constexpr (kKeepWeights) {
       w.load(p.weight, g, p.cols, 1.f);
       b.load(p.bias, g, p.cols, 0.f);
     }
-    // The lane's valid slots are the same in every row (slots k * G + lane < N / VEC): counted once.
-    const int lane_vectors = min(ITEMS, max(0, (p.cols / VEC - g.lane + g.threads - 1) / g.threads));
+    // The lane's valid slots are the same in every row: counted once.
+    const int valid_vectors = lane_vectors<ITEMS, VEC>(g, p.cols);
     auto body = [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv) {
+      if constexpr (!kKeepWeights) {  // issued next to the row's loads, used after the row sums
+        w.load(p.weight, g, p.cols, 1.f);
+        b.load(p.bias, g, p.cols, 0.f);
+      }
       float x[ITEMS][VEC];  // converted once; padding slots (and inactive groups) hold 0 (LN: then x - mean)
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k)
@@ -67,14 +72,10 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
         for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
           for (int i = 0; i < VEC; ++i) x[k][i] -= mean;  // from here on x holds x - mean
-        const float lane_m2 = lane_sum(x, [](float d) { return d * d; }, lane_vectors);
+        const float lane_m2 = lane_sum(x, [](float d) { return d * d; }, valid_vectors);
         rstd = rsqrtf(row_group_sum1(lane_m2, g.threads, scratch) * inv_n + p.eps);
       }
 
-      if constexpr (!kKeepWeights) {
-        w.load(p.weight, g, p.cols, 1.f);
-        b.load(p.bias, g, p.cols, 0.f);
-      }
       T* y_row = p.y.row(active ? r : 0);
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k)
@@ -86,9 +87,9 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
       }
     };
     // Every thread walks the same number of iterations: groups of more than a warp synchronise the block.
-    const std::int64_t iterations = walk.iterations(p.rows, p.rows_per_block);
     const std::int64_t my_first = first + g.index;
     if constexpr (kStaged) {
+      const std::int64_t iterations = walk.iterations(p.rows, p.rows_per_block);
       const RowStages<T, ITEMS, VEC, 1> stages(p.stages);
       // The copies walk the iterations in order: a running row pointer instead of a 64-bit multiply.
       std::int64_t copy_row = my_first;
@@ -109,8 +110,10 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
             body(r, active, xv);
           });
     } else {
-      for (std::int64_t it = 0; it < iterations; ++it) {
-        const std::int64_t r = my_first + it * row_step;
+      // The block's first row decides (the same for all its threads): the loop needs no iteration
+      // count, and the first load waits for nothing but a compare.
+      for (std::int64_t base = first; base < p.rows; base += row_step) {
+        const std::int64_t r = base + g.index;
         const bool active = r < p.rows;
         RowFragment<T, ITEMS, VEC> xv;
         xv.load(p.x.row(active ? r : 0), g, p.cols, active);
@@ -179,6 +182,7 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
       static_cast<float*>(p.rstd.data),
       p.rows(),
       int(p.cols()),
+      1.f / float(p.cols()),
       float(p.eps),
       plan.row.threads_per_row,
       plan.row.rows_per_block,

@@ -59,8 +59,11 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
   const bool want_dx = p.dx.data != nullptr;
 
+  // Staged walks keep the weights for all their rows; unstaged ones walk one row per group and load
+  // them with it (keep_weights).
+  constexpr bool kKeepWeights = kStaged;
   WeightFragment<W, ITEMS, VEC> w;
-  w.load(p.weight, g, p.cols, 1.f);
+  if constexpr (kKeepWeights) w.load(p.weight, g, p.cols, 1.f);
   float acc_dgamma[ITEMS][VEC], acc_dbeta[ITEMS][VEC];
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k)
@@ -71,6 +74,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
       p, g, RowWalk::of_this_block<false>(p.cols, 1, p.cols),
       [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv, const RowFragment<T, ITEMS, VEC>& dyv,
           float mean, float rstd) {
+        if constexpr (!kKeepWeights) w.load(p.weight, g, p.cols, 1.f);
         RowGrad<ITEMS, VEC> row;
         row.compute(xv, dyv, w, mean, rstd);
         // inactive groups hold zeros: they add nothing (dy = 0)
@@ -86,7 +90,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
           float sum_g, sum_g_xhat;
           row.sums(sum_g, sum_g_xhat);
           row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
-          row.template store_dx<kRms>(p.dx.row(active ? r : 0), rstd, sum_g, sum_g_xhat, g, p.cols, p.cols, active);
+          row.template store_dx<kRms>(p.dx.row(active ? r : 0), rstd, sum_g, sum_g_xhat, g, p.inv_cols, p.cols, active);
         }
       });
 

@@ -16,8 +16,10 @@ struct RowGroup {
   int threads;  // G
   int lane;     // 0..G-1
   int index;    // group index inside the block
+  /// threads_per_row is a power of two (the planner's row shapes): a shift, not an integer division,
+  /// which costs a tiny kernel's serial prologue ~20 instructions.
   __device__ __forceinline__ static RowGroup of_this_thread(int threads_per_row) {
-    return {threads_per_row, int(threadIdx.x) & (threads_per_row - 1), int(threadIdx.x) / threads_per_row};
+    return {threads_per_row, int(threadIdx.x) & (threads_per_row - 1), int(threadIdx.x) >> (__ffs(threads_per_row) - 1)};
   }
   /// First column of vector slot k of this lane.
   template <int VEC>
@@ -152,9 +154,14 @@ struct RowWalk {
   }
   /// Iteration `it` handles row unit * rows_per_block + it * units * rows_per_block + group index;
   /// the same count for every thread of the walker (its threads synchronise inside an iteration).
+  /// A 32-bit division whenever the numbers allow (always but for M >= 2^31 rows): the 64-bit one is
+  /// a ~70-instruction call in the serial prologue of every small launch.
   __device__ __forceinline__ std::int64_t iterations(std::int64_t rows, int rows_per_block) const {
     const std::int64_t first = unit * rows_per_block, step = units * rows_per_block;
-    return first < rows ? (rows - first + step - 1) / step : 0;
+    if (first >= rows) return 0;
+    const std::int64_t left = rows - first;
+    if (left <= INT32_MAX && step <= INT32_MAX) return std::int64_t((unsigned(left) - 1u) / unsigned(step) + 1u);
+    return (left - 1) / step + 1;
   }
 };
 
@@ -220,6 +227,16 @@ __device__ __forceinline__ void staged_row_walk(std::int64_t iterations, int dep
   cp_async_wait(0);
 }
 
+/// The number of this lane's vector slots inside a row of n columns (slots k * G + lane < n / VEC),
+/// counted without a division.
+template <int ITEMS, int VEC>
+__device__ __forceinline__ int lane_vectors(const RowGroup& g, int n) {
+  int valid = 0;
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) valid += g.column<VEC>(k) < n ? 1 : 0;
+  return valid;
+}
+
 /// Stores VEC values computed by value(i) at slot k of this lane, when the slot is inside the row.
 template <typename T, int VEC, typename F>
 __device__ __forceinline__ void store_slot(T* row, const RowGroup& g, int k, int n, bool active, F&& value) {
@@ -270,9 +287,14 @@ struct WeightFragment {
   }
 };
 
-/// Whether a lane keeps a weight array in registers for the whole row walk (kKeptWeightBytes).
-template <typename W, int ITEMS, int VEC>
-constexpr bool keep_weights() { return sizeof(W) * ITEMS * VEC <= kKeptWeightBytes; }
+/// Whether a lane keeps a weight array in registers for the whole row walk (kKeptWeightBytes): only
+/// in staged kernels. An unstaged kernel with 16-byte vectors walks one row per group (the planner
+/// stages every longer walk) and loads its weights with the row, one memory round trip for both:
+/// weights loaded before the walk made the rows wait for them, the compiler hoisting their
+/// conversion to fp32 above the row loads (SASS at 2e5db88: two round trips in series in every
+/// small forward and dX launch). Unstaged scalar rows (vec 1) re-read them from L1 per row.
+template <typename W, int ITEMS, int VEC, bool kStaged>
+constexpr bool keep_weights() { return kStaged && sizeof(W) * ITEMS * VEC <= kKeptWeightBytes; }
 
 /// Streaming access for rows too long to cache: lane l visits vectors l, l+G, ... of the row,
 /// kStreamUnroll of them per step so that several loads are in flight per thread. load(u, col) is

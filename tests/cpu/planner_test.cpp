@@ -120,14 +120,18 @@ TEST(Planner, TiledBandBoundaries) {
       {1, TileBand::Tile8},     {63, TileBand::Tile8},     {64, TileBand::Tile64},   {127, TileBand::Tile64},
       {128, TileBand::Tile128}, {255, TileBand::Tile128}, {256, TileBand::Tile256}, {1 << 20, TileBand::Tile256}};
   for (const auto& e : expected) {
-    // scalar strips (rows not vectorised): the seed's bands, 8 / 64 / 128 / 256 rows per block iteration
+    // scalar strips (rows not vectorised): the seed's bands, at least 8 / 64 / 128 / 256 rows per
+    // block iteration, more (up to 8 per thread) when that covers M in fewer iterations
     Problem scalar = backward(e.m, 1024);
     scalar.rows_vector_aligned = false;
     const Plan plan = normkit::plan(scalar, DeviceFacts::h200(), Strategy::Tiled);
     EXPECT_EQ(plan.columns.band, e.band) << "M = " << e.m;
-    EXPECT_EQ(plan.columns.rows_per_iteration(),
-              e.band == TileBand::Tile8 ? 8 : e.band == TileBand::Tile64 ? 64 : e.band == TileBand::Tile128 ? 128 : 256)
-        << "M = " << e.m;
+    const int seed_rows =
+        e.band == TileBand::Tile8 ? 8 : e.band == TileBand::Tile64 ? 64 : e.band == TileBand::Tile128 ? 128 : 256;
+    EXPECT_EQ(plan.columns.block_y, e.band == TileBand::Tile8 ? 8 : e.band == TileBand::Tile256 ? 32 : 16) << "M = " << e.m;
+    EXPECT_GE(plan.columns.rows_per_iteration(), seed_rows) << "M = " << e.m;
+    EXPECT_GE(plan.columns.rows_per_iteration(), std::min<std::int64_t>(e.m, 8 * plan.columns.block_y))
+        << "M = " << e.m << ": one iteration when 8 rows per thread cover M";
     // vectorised strips (wide rows): the same bands, at most 2 rows unrolled per thread (8 columns each)
     const Plan vectorised = normkit::plan(backward(e.m, 65536), DeviceFacts::h200(), Strategy::Tiled);
     ASSERT_EQ(vectorised.columns.vec, 8) << "M = " << e.m;

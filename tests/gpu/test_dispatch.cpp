@@ -246,5 +246,39 @@ INSTANTIATE_TEST_SUITE_P(Dispatch, FusedCluster,
                                          rms_spec("cluster_rms_M200_N320_f16", 200, 320, DT::F16)),
                          [](const testing::TestParamInfo<Spec>& info) { return info.param.name; });
 
+// ---- the fused backward's cooperative single launch (table key fused_single_launch) ----
+
+class FusedGridSync : public testing::TestWithParam<Spec> {};
+
+TEST_P(FusedGridSync, OneCooperativeLaunchMatchesReferenceWithTheSameBitsEveryRun) {
+  const Spec& spec = GetParam();
+  // off by default (docs/NOTES.md entry 2: the cooperative launch cost ~16 us on this machine)
+  PlannerTable single;
+  single.fused_single_launch = true;
+  const auto hc = make_host_case(spec);
+  const DeviceCase dc = upload_case(*hc, test_stream());
+  const RefBackward ref = reference_backward(*hc);
+  for (Mask mask : {spec.full_mask(), Mask{false, true, !spec.rms}, Mask{true, false, false}}) {
+    SCOPED_TRACE(mask_id(mask));
+    const BackwardOut first = gpu_backward(*hc, dc, mask, Strategy::Fused, test_stream(), WsMode::Explicit, &single);
+    ASSERT_TRUE(first.ran) << first.why_not;
+    if (mask.any_gamma_beta()) {
+      ASSERT_TRUE(first.plan.single_launch) << "expected a cooperative plan: " << first.plan.describe();
+      ASSERT_GT(first.plan.partial_rows, 1) << first.plan.describe();
+    }
+    expect_backward_matches(*hc, first, ref);
+    for (int run = 1; run < 20 && !HasFailure(); ++run)
+      expect_same_bits(first, gpu_backward(*hc, dc, mask, Strategy::Fused, test_stream(), WsMode::Explicit, &single),
+                       "run " + std::to_string(run));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dispatch, FusedGridSync,
+                         testing::Values(ln_spec("gridsync_ln_M4096_N1024_bf16", 4096, 1024, DT::BF16),
+                                         rms_spec("gridsync_rms_M20000_N768_f16", 20000, 768, DT::F16),
+                                         ln_spec("gridsync_ln_M3001_N1000_f32", 3001, 1000, DT::F32),
+                                         ln_spec("gridsync_ln_M65537_N64_bf16", 65537, 64, DT::BF16)),
+                         [](const testing::TestParamInfo<Spec>& info) { return info.param.name; });
+
 }  // namespace
 }  // namespace normkit::gputest
