@@ -49,30 +49,42 @@ __device__ __forceinline__ void accumulate_columns(const BackwardParams<T, W>& p
   }
 }
 
-/// Sums v[i] over threadIdx.y for each of the strip's blockDim.x * VEC columns (lane tx holds
-/// columns tx * VEC + i) and calls emit(column_in_strip, total) once per column. The sums are
-/// spread over the block's threads, one column each (blockDim.y >= VEC, so one pass): a single
-/// thread row summing all VEC columns serially was slower than the simple kernel at M = 7 (sweep
-/// at aa03ba5). Fixed order: same bits every run. `smem` holds VEC * blockDim.x * blockDim.y floats;
-/// every thread of the block must call it.
+/// Sums dgamma[i] and dbeta[i] over threadIdx.y for each of the strip's blockDim.x * VEC columns
+/// (lane tx holds columns tx * VEC + i) and calls emit(which, column_in_strip, total) once per
+/// column of each array asked for (which = 0: dgamma, 1: dbeta). Both arrays go through shared
+/// memory together, one barrier pair for both (two, one array after the other, were half the
+/// fixed cost of a small launch); the sums are spread over the block's threads, one column each:
+/// a single thread row summing all VEC columns serially was slower than the simple kernel at M = 7
+/// (sweep at aa03ba5). Each sum adds the thread rows in order y = 0, 1, ... (same bits every run),
+/// its shared-memory loads unrolled so that they are in flight together. `smem` holds 2 * VEC *
+/// blockDim.x * blockDim.y floats; every thread of the block must call it.
 template <int VEC, typename Emit>
-__device__ __forceinline__ void sum_over_thread_rows(const float (&v)[VEC], float* smem, Emit&& emit) {
+__device__ __forceinline__ void sum_over_thread_rows(const float (&dgamma)[VEC], const float (&dbeta)[VEC], bool want_dgamma,
+                                                     bool want_dbeta, float* smem, Emit&& emit) {
   const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
+  const int plane = VEC * bx * by, slots = bx * VEC;
   __syncthreads();  // smem may still be read by a previous call
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) smem[(i * by + ty) * bx + tx] = v[i];
+  for (int i = 0; i < VEC; ++i) {
+    smem[(i * by + ty) * bx + tx] = dgamma[i];
+    smem[plane + (i * by + ty) * bx + tx] = dbeta[i];
+  }
   __syncthreads();
-  for (int slot = ty * bx + tx; slot < bx * VEC; slot += bx * by) {
-    const int lane = slot % bx, i = slot / bx;
+  for (int s = ty * bx + tx; s < 2 * slots; s += bx * by) {
+    const int which = s < slots ? 0 : 1;
+    if (which == 0 ? !want_dgamma : !want_dbeta) continue;
+    const int slot = s - which * slots, lane = slot % bx, i = slot / bx;
+    const float* column = smem + which * plane + i * by * bx + lane;
     float total = 0.f;
-    for (int y = 0; y < by; ++y) total += smem[(i * by + y) * bx + lane];  // fixed order
-    emit(lane * VEC + i, total);
+#pragma unroll 8
+    for (int y = 0; y < by; ++y) total += column[y * bx];  // fixed order
+    emit(which, lane * VEC + i, total);
   }
 }
 
 /// Dynamic shared memory of a column-strip block (sum_over_thread_rows).
 inline std::size_t column_block_smem(const ColumnShape& c) {
-  return sizeof(float) * std::size_t(c.block_x) * std::size_t(c.block_y) * std::size_t(c.vec);
+  return 2 * sizeof(float) * std::size_t(c.block_x) * std::size_t(c.block_y) * std::size_t(c.vec);
 }
 
 /// The partial reduce shared by two-pass (pass 2) and the fused backward's final step: partials

@@ -9,20 +9,15 @@ namespace {
 
 template <typename T, typename W, bool kRms, int RPT, int VEC>
 __global__ void __launch_bounds__(1024) gamma_beta_tiled_kernel(const BackwardParams<T, W> p) {
-  extern __shared__ float smem[];  // VEC * blockDim.x * blockDim.y
+  extern __shared__ float smem[];  // 2 * VEC * blockDim.x * blockDim.y
   allow_dependent_launch();
   const int strip = int(blockIdx.x) * int(blockDim.x) * VEC;
   const int col = strip + int(threadIdx.x) * VEC;
   float dgamma[VEC], dbeta[VEC];
   accumulate_columns<T, W, kRms, RPT, VEC>(p, col, 0, p.rows, int(threadIdx.y), int(blockDim.y), dgamma, dbeta);
-  if (p.dweight != nullptr)
-    sum_over_thread_rows<VEC>(dgamma, smem, [&](int c, float total) {
-      if (strip + c < p.cols) p.dweight[strip + c] = from_float<W>(total);
-    });
-  if (p.dbias != nullptr)
-    sum_over_thread_rows<VEC>(dbeta, smem, [&](int c, float total) {
-      if (strip + c < p.cols) p.dbias[strip + c] = from_float<W>(total);
-    });
+  sum_over_thread_rows<VEC>(dgamma, dbeta, p.dweight != nullptr, p.dbias != nullptr, smem, [&](int which, int c, float total) {
+    if (strip + c < p.cols) (which == 0 ? p.dweight : p.dbias)[strip + c] = from_float<W>(total);
+  });
   wait_for_previous_kernel();  // launched next to dX: complete only after it (see common.cuh)
 }
 
@@ -35,8 +30,10 @@ void launch_gamma_beta_tiled(const BackwardProblem& p, const Plan& plan, bool pr
   const dim3 grid(unsigned(c.col_blocks)), block(unsigned(c.block_x), unsigned(c.block_y));
   const std::size_t smem = column_block_smem(c);
   auto launch = [&](auto rpt, auto vec) {
-    launch_kernel(p.rms ? gamma_beta_tiled_kernel<T, W, true, rpt(), vec()> : gamma_beta_tiled_kernel<T, W, false, rpt(), vec()>,
-                  grid, block, smem, stream, LaunchMode{programmatic}, "gamma_beta_tiled_kernel launch", params);
+    void (*kernel)(BackwardParams<T, W>) =
+        p.rms ? gamma_beta_tiled_kernel<T, W, true, rpt(), vec()> : gamma_beta_tiled_kernel<T, W, false, rpt(), vec()>;
+    allow_dynamic_smem(kernel, std::int64_t(smem), "gamma_beta_tiled_kernel shared memory");  // 64 KB at 32 x 32 x vec8
+    launch_kernel(kernel, grid, block, smem, stream, LaunchMode{programmatic}, "gamma_beta_tiled_kernel launch", params);
   };
   constexpr int kVec = int(16 / sizeof(T));
   const auto fail = [&] {

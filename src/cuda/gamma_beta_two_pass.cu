@@ -11,7 +11,7 @@ namespace {
 template <typename T, typename W, bool kRms, int RPT, int VEC>
 __global__ void __launch_bounds__(1024)
     two_pass_partials_kernel(const BackwardParams<T, W> p, float* partials, std::int64_t parts, std::int64_t rows_per_part) {
-  extern __shared__ float smem[];  // VEC * blockDim.x * blockDim.y
+  extern __shared__ float smem[];  // 2 * VEC * blockDim.x * blockDim.y
   allow_dependent_launch();  // pass 2 may be scheduled now; it waits for these partials itself
   const int strip = int(blockIdx.x) * int(blockDim.x) * VEC;
   const int col = strip + int(threadIdx.x) * VEC;
@@ -21,18 +21,12 @@ __global__ void __launch_bounds__(1024)
   float dgamma[VEC], dbeta[VEC];
   accumulate_columns<T, W, kRms, RPT, VEC>(p, col, row_begin, row_end, int(threadIdx.y), int(blockDim.y), dgamma, dbeta);
   // partial arrays in gamma_beta_outputs order: dweight (when requested), then dbias
-  float* row = partials + part * p.cols + strip;
+  float* const row = partials + part * p.cols + strip;
   const std::int64_t array_size = parts * p.cols;
-  if (p.dweight != nullptr) {
-    sum_over_thread_rows<VEC>(dgamma, smem, [&](int c, float total) {
-      if (strip + c < p.cols) row[c] = total;
-    });
-    row += array_size;
-  }
-  if (p.dbias != nullptr)
-    sum_over_thread_rows<VEC>(dbeta, smem, [&](int c, float total) {
-      if (strip + c < p.cols) row[c] = total;
-    });
+  const std::int64_t dbias_array = p.dweight != nullptr ? 1 : 0;
+  sum_over_thread_rows<VEC>(dgamma, dbeta, p.dweight != nullptr, p.dbias != nullptr, smem, [&](int which, int c, float total) {
+    if (strip + c < p.cols) row[(which == 0 ? 0 : dbias_array) * array_size + c] = total;
+  });
   wait_for_previous_kernel();  // launched next to dX: complete only after it (see common.cuh)
 }
 
@@ -46,8 +40,10 @@ void launch_gamma_beta_two_pass(const BackwardProblem& p, const Plan& plan, floa
   const dim3 grid(unsigned(c.col_blocks), unsigned(c.row_parts)), block(unsigned(c.block_x), unsigned(c.block_y));
   const std::size_t smem = column_block_smem(c);
   auto launch = [&](auto rpt, auto vec) {
-    launch_kernel(p.rms ? two_pass_partials_kernel<T, W, true, rpt(), vec()> : two_pass_partials_kernel<T, W, false, rpt(), vec()>,
-                  grid, block, smem, stream, LaunchMode{programmatic}, "two_pass_partials_kernel launch", params, partials,
+    void (*kernel)(BackwardParams<T, W>, float*, std::int64_t, std::int64_t) =
+        p.rms ? two_pass_partials_kernel<T, W, true, rpt(), vec()> : two_pass_partials_kernel<T, W, false, rpt(), vec()>;
+    allow_dynamic_smem(kernel, std::int64_t(smem), "two_pass_partials_kernel shared memory");
+    launch_kernel(kernel, grid, block, smem, stream, LaunchMode{programmatic}, "two_pass_partials_kernel launch", params, partials,
                   c.row_parts, c.rows_per_part);
   };
   constexpr int kVec = int(16 / sizeof(T));

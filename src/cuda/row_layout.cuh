@@ -154,14 +154,12 @@ struct RowWalk {
   }
   /// Iteration `it` handles row unit * rows_per_block + it * units * rows_per_block + group index;
   /// the same count for every thread of the walker (its threads synchronise inside an iteration).
-  /// A 32-bit division whenever the numbers allow (always but for M >= 2^31 rows): the 64-bit one is
-  /// a ~70-instruction call in the serial prologue of every small launch.
+  /// Staged walks only (the pipeline needs the count): unstaged walks compare the block's first row
+  /// instead, which keeps this 64-bit division (a ~70-instruction call) out of small launches. A
+  /// 32-bit fast path here cost the staged split dX kernel 36 bytes of spills (ptxas).
   __device__ __forceinline__ std::int64_t iterations(std::int64_t rows, int rows_per_block) const {
     const std::int64_t first = unit * rows_per_block, step = units * rows_per_block;
-    if (first >= rows) return 0;
-    const std::int64_t left = rows - first;
-    if (left <= INT32_MAX && step <= INT32_MAX) return std::int64_t((unsigned(left) - 1u) / unsigned(step) + 1u);
-    return (left - 1) / step + 1;
+    return first < rows ? (rows - first + step - 1) / step : 0;
   }
 };
 
