@@ -133,12 +133,16 @@ struct PlannerTable {
   /// to give every part this many rows
   std::int64_t two_pass_min_rows_per_part = 64;
   int two_pass_target_blocks_per_sm = 4;
-  /// With dX, tiled up to this M whatever the grid: its kernel runs beside dX (programmatic_launch),
-  /// and the full-backward sweep at 0b45745 (bf16, graph) measured tiled ahead of two-pass at M = 128
-  /// for LayerNorm (4.91-5.36 vs 5.16-7.30 us, N = 256..4096) and for RMSNorm at N >= 2048 (RMSNorm
-  /// N <= 1024: two-pass 1-5 % ahead); two-pass ahead at M = 192 (seed tile128_medium, 1024 bf16:
-  /// 5.47 vs 5.96 us) and from M = 512 (1.3-1.4x).
-  std::int64_t tiled_with_dx_max_rows = 128;
+  /// ... and only from max(two_pass_min_rows, strips x two_pass_min_rows_per_strip) rows (strips =
+  /// tiled's column strips; _with_dx when dX is computed too: tiled runs beside the dX kernel). Since
+  /// tiled issues a block iteration's loads together (a602991), one iteration covering up to 256
+  /// rows, it beat two-pass (fp16 sweep, graph): gamma/beta alone up to M = 256 at N = 512..1024
+  /// (two-pass from 384: 3.96 vs 4.71 us at N = 512), up to 1024 at N = 2048 and 2048 at N = 4096
+  /// (16.6 vs 20.6 us: a known loss of this rule); with dX up to 256 at N = 512, 768 at N = 1024
+  /// and 1024 at N = 2048..4096.
+  std::int64_t two_pass_min_rows = 384;
+  std::int64_t two_pass_min_rows_per_strip = 16;
+  std::int64_t two_pass_min_rows_per_strip_with_dx = 24;
   /// fused backward: used by auto whenever the row fits the register-cached layout
   bool fused_enabled = true;
   /// ... and only from fused_min_bytes of x (M x N x element size) on, with rows of at least
@@ -148,8 +152,10 @@ struct PlannerTable {
   /// at every M >= 8192 (0.61-0.95x of the best unfused), and below that only with long rows and
   /// enough bytes (2048 x 2048 bf16 0.93x, 4096 x 2048 0.86x, fp32 4096 x 1024 0.77x); it lost
   /// 1.03-1.16x at 4096 x 768..1024 bf16 and 1.15x at 512 x 4096. Known losses of the rule: M = 4096,
-  /// N = 256 (fused 0.88x) and RMSNorm 2048 x 512 (0.90x).
-  std::int64_t fused_min_bytes = 8 << 20;
+  /// N = 256 (fused 0.88x) and RMSNorm 2048 x 512 (0.90x). 8 -> 16 MiB at a602991, where tiled had
+  /// become faster at small M (fp16 sweep): LayerNorm 1024 x 4096 tiled 15.7 vs fused 19.7 us; 2048 x
+  /// 2048 a tie (18.8 us); fused still ahead from 2048 x 4096 (27.0 vs 32.1 us tiled).
+  std::int64_t fused_min_bytes = 16 << 20;
   std::int64_t fused_min_row_bytes = 4096;
   /// ... or from this many rows on, whatever N (narrow rows with huge M: fused 1.8-4.9x faster than
   /// two-pass at N = 1 and 64 from M = 16384; with programmatic launch from M = 8192, same sweep).

@@ -255,8 +255,10 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   // Tiled (one block per column strip walking all M) is best while the strips alone fill the
   // GPU or M is too small to split; otherwise two-pass splits M so every SM has work (the seed's
   // "mixed" rule, which removes its chess board).
-  if (tiled_strips.col_blocks >= device.sm_count || p.rows < 2 * t.two_pass_min_rows_per_part ||
-      (p.mask.dx && p.rows <= t.tiled_with_dx_max_rows))
+  const std::int64_t per_strip = p.mask.dx ? t.two_pass_min_rows_per_strip_with_dx : t.two_pass_min_rows_per_strip;
+  const std::int64_t two_pass_rows =
+      std::max({2 * t.two_pass_min_rows_per_part, t.two_pass_min_rows, tiled_strips.col_blocks * per_strip});
+  if (tiled_strips.col_blocks >= device.sm_count || p.rows < two_pass_rows)
     return Strategy::Tiled;
   return Strategy::TwoPass;
 }
@@ -436,7 +438,9 @@ const TableKey kTableKeys[] = {
     key<&Table::tile256_min_rows>("tile256_min_rows"),
     key_at_least_one<&Table::two_pass_min_rows_per_part>("two_pass_min_rows_per_part"),
     key_at_least_one<&Table::two_pass_target_blocks_per_sm>("two_pass_target_blocks_per_sm"),
-    key<&Table::tiled_with_dx_max_rows>("tiled_with_dx_max_rows"),
+    key<&Table::two_pass_min_rows>("two_pass_min_rows"),
+    key<&Table::two_pass_min_rows_per_strip>("two_pass_min_rows_per_strip"),
+    key<&Table::two_pass_min_rows_per_strip_with_dx>("two_pass_min_rows_per_strip_with_dx"),
     key<&Table::fused_enabled>("fused_enabled"),
     key<&Table::fused_min_bytes>("fused_min_bytes"),
     key<&Table::fused_min_row_bytes>("fused_min_row_bytes"),
@@ -483,6 +487,7 @@ const TableKey kTableKeys[] = {
 /// Keys of older tables, with what replaced them (a clear error instead of "unknown key").
 const std::pair<const char*, const char*> kReplacedKeys[] = {
     {"fused_min_elements", "fused_min_bytes and fused_min_row_bytes"},
+    {"tiled_with_dx_max_rows", "two_pass_min_rows and two_pass_min_rows_per_strip_with_dx"},
 };
 
 }  // namespace

@@ -48,7 +48,7 @@ struct SeedCase {
 const SeedCase kSeedCases[] = {
     {"tile8_small", false, 32, 512, DType::F16, TileBand::Tile8, Strategy::Tiled},
     {"tile64_medium", false, 96, 768, DType::F16, TileBand::Tile64, Strategy::Tiled},
-    {"tile128_medium", false, 192, 1024, DType::BF16, TileBand::Tile128, Strategy::TwoPass},
+    {"tile128_medium", false, 192, 1024, DType::BF16, TileBand::Tile128, Strategy::Tiled},
     {"tile256_large", false, 4096, 1024, DType::F16, TileBand::Tile256, Strategy::TwoPass},
     {"tile256_bert", false, 1024, 768, DType::F16, TileBand::Tile256, Strategy::TwoPass},
     {"tile256_large_bf16", false, 4096, 1024, DType::BF16, TileBand::Tile256, Strategy::TwoPass},
@@ -103,7 +103,9 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
   };
   EXPECT_EQ(full(m, n, DType::F16), Strategy::Fused);
   EXPECT_NE(full(m - 1, n, DType::F16), Strategy::Fused);
-  EXPECT_NE(full(2 * m, n / 2, DType::F16), Strategy::Fused);   // as many bytes, rows too short
+  const std::int64_t short_n = n * 3 / 4, short_m = (t.fused_min_bytes + 2 * short_n - 1) / (2 * short_n);
+  ASSERT_LT(short_m, t.fused_min_rows);
+  EXPECT_NE(full(short_m, short_n, DType::F16), Strategy::Fused);  // as many bytes, rows too short
   EXPECT_EQ(full(m / 2, n, DType::F32), Strategy::Fused);       // bytes, not elements
   EXPECT_NE(full(m / 2 - 1, n, DType::F32), Strategy::Fused);
   // without dX: by rows alone, from fused_gb_min_rows
@@ -148,19 +150,24 @@ TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
   // simple up to simple_max_rows
   EXPECT_EQ(strategy(t.simple_max_rows, 1024), Strategy::Simple);
   EXPECT_EQ(strategy(t.simple_max_rows + 1, 1024), Strategy::Tiled);
-  // two-pass once M gives at least two parts of two_pass_min_rows_per_part rows (narrow N)
-  const std::int64_t cut = 2 * t.two_pass_min_rows_per_part;
-  EXPECT_EQ(strategy(cut - 1, 1024), Strategy::Tiled);
-  EXPECT_EQ(strategy(cut, 1024), Strategy::TwoPass);
-  EXPECT_EQ(strategy(cut + 1, 1024), Strategy::TwoPass);
-  // with dX, tiled up to tiled_with_dx_max_rows (its kernel runs beside dX)
+  // two-pass from max(two_pass_min_rows, strips x two_pass_min_rows_per_strip) rows: N = 512 (16
+  // scalar strips) at two_pass_min_rows, N = 2048 (64 strips) at 64 x per_strip
+  ASSERT_GE(t.two_pass_min_rows, 2 * t.two_pass_min_rows_per_part);
+  ASSERT_GE(t.two_pass_min_rows, 16 * t.two_pass_min_rows_per_strip);
+  EXPECT_EQ(strategy(t.two_pass_min_rows - 1, 512), Strategy::Tiled);
+  EXPECT_EQ(strategy(t.two_pass_min_rows, 512), Strategy::TwoPass);
+  const std::int64_t cut2048 = 64 * t.two_pass_min_rows_per_strip;
+  ASSERT_GT(cut2048, t.two_pass_min_rows);
+  EXPECT_EQ(strategy(cut2048 - 1, 2048), Strategy::Tiled);
+  EXPECT_EQ(strategy(cut2048, 2048), Strategy::TwoPass);
+  // with dX, the per-strip rows of two_pass_min_rows_per_strip_with_dx (tiled runs beside dX)
   auto with_dx = [&](std::int64_t m, std::int64_t n) {
     return normkit::plan(backward(m, n, DType::F16, {true, true, true}), h200, Strategy::Auto, t).strategy;
   };
-  ASSERT_GE(t.tiled_with_dx_max_rows, cut);
-  EXPECT_EQ(with_dx(t.tiled_with_dx_max_rows, 1024), Strategy::Tiled);
-  EXPECT_EQ(with_dx(t.tiled_with_dx_max_rows + 1, 1024), Strategy::TwoPass);
-  // ... unless the column strips (32 lanes of 8 fp16 columns) alone fill the GPU
+  const std::int64_t cut1024 = std::max(t.two_pass_min_rows, 32 * t.two_pass_min_rows_per_strip_with_dx);
+  EXPECT_EQ(with_dx(cut1024 - 1, 1024), Strategy::Tiled);
+  EXPECT_EQ(with_dx(cut1024, 1024), Strategy::TwoPass);
+  // ... and never once the column strips (32 lanes of 8 fp16 columns) alone fill the GPU
   const std::int64_t strip = kWarpSize * 8, wide = std::int64_t(h200.sm_count) * strip;
   EXPECT_EQ(strategy(1 << 16, wide - strip), Strategy::TwoPass);
   EXPECT_EQ(strategy(1 << 16, wide), Strategy::Tiled);
@@ -581,7 +588,9 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.fused_single_launch = true;
   t.fused_min_bytes = 12345;
   t.fused_min_row_bytes = 2222;
-  t.tiled_with_dx_max_rows = 99;
+  t.two_pass_min_rows = 99;
+  t.two_pass_min_rows_per_strip = 7;
+  t.two_pass_min_rows_per_strip_with_dx = 11;
   t.fused_min_rows = 777;
   t.fused_gb_min_rows = 555;
   t.fused_cluster_max_elements = 4242;
