@@ -19,8 +19,8 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
   const std::int64_t first = walk.unit * p.rows_per_block;
 
   if constexpr (ITEMS > 0) {
-    // A lane owns the same columns in every row: small fragments keep their weights in registers
-    // for the whole walk; large ones re-read them (16-byte L1 hits) to stay within the register budget.
+    // A lane owns the same columns in every row: small fragments of staged walks keep their weights
+    // in registers for the whole walk; the others load them with each row (keep_weights).
     constexpr bool kKeepWeights = keep_weights<W, ITEMS, VEC, kStaged>();
     const W* weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
     WeightFragment<W, ITEMS, VEC> w;

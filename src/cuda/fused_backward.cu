@@ -59,8 +59,8 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
   const bool want_dx = p.dx.data != nullptr;
 
-  // Staged walks keep the weights for all their rows; unstaged ones walk one row per group and load
-  // them with it (keep_weights).
+  // Staged walks keep the weights for all their rows; unstaged ones load them with each row, in the
+  // same round trip (keep_weights).
   constexpr bool kKeepWeights = kStaged;
   WeightFragment<W, ITEMS, VEC> w;
   if constexpr (kKeepWeights) w.load(p.weight, g, p.cols, 1.f);

@@ -286,11 +286,12 @@ struct WeightFragment {
 };
 
 /// Whether a lane keeps a weight array in registers for the whole row walk (kKeptWeightBytes): only
-/// in staged kernels. An unstaged kernel with 16-byte vectors walks one row per group (the planner
-/// stages every longer walk) and loads its weights with the row, one memory round trip for both:
-/// weights loaded before the walk made the rows wait for them, the compiler hoisting their
-/// conversion to fp32 above the row loads (SASS at 2e5db88: two round trips in series in every
-/// small forward and dX launch). Unstaged scalar rows (vec 1) re-read them from L1 per row.
+/// in staged kernels. An unstaged kernel loads its weights with each row, one memory round trip for
+/// both: weights loaded before the walk made the rows wait for them, the compiler hoisting their
+/// conversion to fp32 above the row loads (SASS at 2e5db88: two round trips in series in every small
+/// forward and dX launch). With 16-byte vectors an unstaged walk is one row per group (plan_stages
+/// stages any longer walk when shared memory allows); scalar rows (vec 1) and walks left unstaged
+/// re-read the weights per row, from L1 after the first.
 template <typename W, int ITEMS, int VEC, bool kStaged>
 constexpr bool keep_weights() { return kStaged && sizeof(W) * ITEMS * VEC <= kKeptWeightBytes; }
 
