@@ -122,6 +122,8 @@ struct Spec {
 void PrintTo(const Spec& s, std::ostream* os);
 
 Spec ln_spec(std::string name, std::int64_t M, std::int64_t N, DType dtype);
+/// gtest's parameter name of a Spec case: its own name.
+inline std::string spec_name(const testing::TestParamInfo<Spec>& info) { return info.param.name; }
 Spec rms_spec(std::string name, std::int64_t M, std::int64_t N, DType dtype);
 
 /// Host copies of a problem's inputs. Matrices follow the spec's layouts; elements outside the

@@ -200,7 +200,7 @@ INSTANTIATE_TEST_SUITE_P(Dispatch, TwoPassHugeM,
                          testing::Values(ln_spec("ln_M524288_N64_f16", 524288, 64, DT::F16),
                                          ln_spec("ln_M65537_N1024_bf16", 65537, 1024, DT::BF16),
                                          rms_spec("rms_M524288_N64_f16", 524288, 64, DT::F16)),
-                         [](const testing::TestParamInfo<Spec>& info) { return info.param.name; });
+                         spec_name);
 
 }  // namespace
 }  // namespace normkit::gputest
@@ -244,7 +244,7 @@ INSTANTIATE_TEST_SUITE_P(Dispatch, FusedCluster,
                                          ln_spec("cluster_ln_M150_N400_f32", 150, 400, DT::F32),
                                          ln_spec("cluster_ln_M1023_N64_f16", 1023, 64, DT::F16),
                                          rms_spec("cluster_rms_M200_N320_f16", 200, 320, DT::F16)),
-                         [](const testing::TestParamInfo<Spec>& info) { return info.param.name; });
+                         spec_name);
 
 // ---- the fused backward's cooperative single launch (table key fused_single_launch) ----
 
@@ -278,7 +278,7 @@ INSTANTIATE_TEST_SUITE_P(Dispatch, FusedGridSync,
                                          rms_spec("gridsync_rms_M20000_N768_f16", 20000, 768, DT::F16),
                                          ln_spec("gridsync_ln_M3001_N1000_f32", 3001, 1000, DT::F32),
                                          ln_spec("gridsync_ln_M65537_N64_bf16", 65537, 64, DT::BF16)),
-                         [](const testing::TestParamInfo<Spec>& info) { return info.param.name; });
+                         spec_name);
 
 }  // namespace
 }  // namespace normkit::gputest

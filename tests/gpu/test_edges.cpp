@@ -8,8 +8,6 @@ namespace {
 
 using DT = DType;
 
-std::string spec_name(const testing::TestParamInfo<Spec>& info) { return info.param.name; }
-
 // ---- M = 1 and N = 1 ----
 
 /// N = 1 is degenerate: LayerNorm's x_hat is exactly 0 (dx = 0, dweight = 0 in the reference) and

@@ -11,8 +11,6 @@ namespace {
 
 using DT = DType;
 
-std::string spec_name(const testing::TestParamInfo<Spec>& info) { return info.param.name; }
-
 // ---- seed xfail 1: x (100000, 8, 16) normalized over (8, 16), weight (8, 16) ----
 // N = 8 * 16 = 128: dweight/dbias must have 128 values (the seed's huge-M branch sized its scratch
 // from size(-1) = 16). dweight/dbias are 128-element vectors followed by poisoned guards that

@@ -27,8 +27,6 @@ std::vector<Spec> seed_specs() {
   };
 }
 
-std::string spec_name(const testing::TestParamInfo<Spec>& info) { return info.param.name; }
-
 class SeedCase : public testing::TestWithParam<Spec> {};
 
 // test_layer_norm_gamma_beta_backward_matches_cpu_reference / test_rms_norm_gamma_backward_matches_cpu_reference:
