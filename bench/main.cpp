@@ -889,7 +889,7 @@ int main_impl(int argc, char** argv) {
   cli.option("suite", "seed|llm", "run a suite: the seed's 13 cases, or the LLM shapes");
   cli.flag("sweep", "sweep an (M, N) grid: every strategy forced plus auto");
   cli.option("tune", "FILE", "re-measure the planner's crossovers on this GPU and write a PlannerTable to FILE");
-  cli.option("shape", "M,N", "time one shape (with --op, --dtype, --strategy)");
+  cli.option("shape", "M,N | MxN,MxN,...", "time one shape, or several written MxN (with --op, --dtype, --strategy)");
   cli.option("op", "LIST", "ln_fwd, ln_bwd, ln_gb, rms_fwd, rms_bwd, rms_gb (comma-separated)");
   cli.option("dtype", "LIST", "f32, f16, bf16 (f64 on the CPU path); comma-separated");
   cli.option("wdtype", "DTYPE", "weight dtype (default: the activation dtype); f32 allowed with f16/bf16");
@@ -1014,14 +1014,29 @@ int main_impl(int argc, char** argv) {
       return 2;
     }
   } else if (cli.has("shape")) {
-    const auto dims = cli.int_list("shape");
-    if (dims.size() != 2 || dims[0] < 0 || dims[1] < 1) {
-      std::cerr << "normkit-bench: --shape takes M,N (M >= 0, N >= 1)\n";
-      return 2;
+    std::vector<ShapeCase> shapes;
+    const std::string spec = cli.str("shape");
+    if (spec.find('x') == std::string::npos) {  // "M,N": one shape
+      const auto dims = cli.int_list("shape");
+      if (dims.size() != 2 || dims[0] < 0 || dims[1] < 1) {
+        std::cerr << "normkit-bench: --shape takes M,N or MxN,MxN,... (M >= 0, N >= 1)\n";
+        return 2;
+      }
+      shapes.push_back({std::to_string(dims[0]) + "x" + std::to_string(dims[1]), dims[0], dims[1]});
+    } else {
+      for (const std::string& item : cli.list("shape")) {
+        const auto x = item.find('x');
+        const std::int64_t m = x == std::string::npos ? -1 : nkbench::Cli::parse_int(item.substr(0, x), "shape");
+        const std::int64_t n = x == std::string::npos ? 0 : nkbench::Cli::parse_int(item.substr(x + 1), "shape");
+        if (m < 0 || n < 1) {
+          std::cerr << "normkit-bench: --shape: '" << item << "' is not MxN (M >= 0, N >= 1)\n";
+          return 2;
+        }
+        shapes.push_back({std::to_string(m) + "x" + std::to_string(n), m, n});
+      }
     }
-    const std::string name = std::to_string(dims[0]) + "x" + std::to_string(dims[1]);
-    rc = run_shapes(ctx, out, "shape", {{name, dims[0], dims[1]}}, parse_dtypes(cli, {DType::BF16}),
-                    parse_ops(cli, {OpKind::LnGb}), parse_strategies(cli));
+    rc = run_shapes(ctx, out, "shape", shapes, parse_dtypes(cli, {DType::BF16}), parse_ops(cli, {OpKind::LnGb}),
+                    parse_strategies(cli));
   } else if (cli.has("sweep")) {
     std::vector<std::int64_t> ms, ns;
     if (cli.has("quick")) {
