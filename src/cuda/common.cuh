@@ -365,6 +365,27 @@ __device__ __forceinline__ void row_group_sum2(float& a, float& b, int group_thr
 __device__ __forceinline__ unsigned shared_address(const void* smem) {
   return static_cast<unsigned>(__cvta_generic_to_shared(smem));
 }
+/// `value` through an empty asm statement: the compiler must keep the result in a register and cannot
+/// re-derive it where it is used. For shared-memory base addresses, which nvcc otherwise recomputes
+/// at every use under register pressure (on sm_90 a special-register read of the CTA's cluster id
+/// and three integer instructions each time: the forward's SASS at 13ce181).
+__device__ __forceinline__ unsigned opaque(unsigned value) {
+  asm volatile("" : "+r"(value));
+  return value;
+}
+/// 16 bytes from a shared_address() (16-byte aligned) into `out`.
+template <typename P>
+__device__ __forceinline__ void load_shared_16(unsigned smem, P& out) {
+  static_assert(sizeof(P) == 16, "16-byte loads");
+  unsigned* w = reinterpret_cast<unsigned*>(&out);
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(smem));
+}
+/// 4 bytes (a float) from a shared_address().
+__device__ __forceinline__ float load_shared_4(unsigned smem) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(smem));
+  return v;
+}
 /// Copies 16 bytes (both addresses 16-byte aligned) without passing through registers; `smem` is a
 /// shared_address().
 __device__ __forceinline__ void cp_async_16(unsigned smem, const void* global) {

@@ -85,34 +85,38 @@ extern __shared__ __align__(16) unsigned char row_kernel_smem[];
 template <typename T, int ITEMS, int VEC, int TENSORS>
 struct RowStages {
   static_assert(sizeof(Pack<T, VEC>) == 16, "staged rows are copied 16 bytes at a time");
-  const Pack<T, VEC>* rows;  // this thread's first slot
-  const float* stats;        // this thread's first statistic
-  unsigned rows_address;     // the same two, as shared-memory addresses for cp.async (computed once:
-  unsigned stats_address;    // deriving them per copy cost a special-register read each time)
+  // The shared-memory address of this thread's first slot, computed once and kept opaque (see
+  // opaque()): slots are then that register plus an offset, and the copies and reads use it directly
+  // (cp.async, ld.shared) with no generic pointer to convert. The statistics' offset from it is left
+  // to the compiler (cheap to re-derive from the launch shape; a second pinned register cost the
+  // 16-bit dX instances 20 bytes of spills).
+  unsigned rows_address;
   int threads;
+  int depth;
 
-  __device__ __forceinline__ explicit RowStages(int depth) : threads(int(blockDim.x)) {
-    const Pack<T, VEC>* base = reinterpret_cast<const Pack<T, VEC>*>(row_kernel_smem);
-    rows = base + threadIdx.x;
-    stats = reinterpret_cast<const float*>(base + std::int64_t(depth) * TENSORS * ITEMS * threads) + threadIdx.x;
-    rows_address = shared_address(rows);
-    stats_address = shared_address(stats);
+  __device__ __forceinline__ explicit RowStages(int depth_) : threads(int(blockDim.x)), depth(depth_) {
+    rows_address = opaque(shared_address(row_kernel_smem) + unsigned(threadIdx.x) * 16u);
   }
 
-  /// Index (in slots of `threads` packs) of slot k of `tensor` in `stage`.
-  __device__ __forceinline__ int slot_index(int stage, int tensor, int k) const {
-    return ((stage * TENSORS + tensor) * ITEMS + k) * threads;
+  /// Address of this thread's slot k of `tensor` in `stage`.
+  __device__ __forceinline__ unsigned slot_address(int stage, int tensor, int k) const {
+    return rows_address + unsigned(((stage * TENSORS + tensor) * ITEMS + k) * threads) * 16u;
+  }
+  /// Statistics follow the depth * TENSORS * ITEMS slots of every thread, one float per thread each.
+  __device__ __forceinline__ unsigned stat_address(int stage, int which) const {
+    return rows_address + unsigned(depth * TENSORS * ITEMS * threads) * 16u - unsigned(threadIdx.x) * 12u +
+           unsigned((stage * 2 + which) * threads) * 4u;
   }
   /// Starts the copies of this lane's slots of `row` (slots past N are not copied).
   __device__ __forceinline__ void copy_row(int stage, int tensor, const T* row, const RowGroup& g, int n) const {
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       const int col = g.column<VEC>(k);
-      if (col < n) cp_async_16(rows_address + unsigned(slot_index(stage, tensor, k)) * 16u, row + col);
+      if (col < n) cp_async_16(slot_address(stage, tensor, k), row + col);
     }
   }
   __device__ __forceinline__ void copy_stat(int stage, int which, const float* value) const {
-    cp_async_4(stats_address + unsigned((stage * 2 + which) * threads) * 4u, value);
+    cp_async_4(stat_address(stage, which), value);
   }
   /// The staged row as RowFragment::load would have read it (zeros past N or when !active).
   __device__ __forceinline__ void read_row(int stage, int tensor, RowFragment<T, ITEMS, VEC>& f, const RowGroup& g,
@@ -120,13 +124,13 @@ struct RowStages {
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       if (active && g.column<VEC>(k) < n) {
-        f.p[k] = rows[slot_index(stage, tensor, k)];
+        load_shared_16(slot_address(stage, tensor, k), f.p[k]);
       } else {
         f.p[k].zero();
       }
     }
   }
-  __device__ __forceinline__ float stat(int stage, int which) const { return stats[(stage * 2 + which) * threads]; }
+  __device__ __forceinline__ float stat(int stage, int which) const { return load_shared_4(stat_address(stage, which)); }
 };
 
 /// Which rows and columns this block walks (RowShape::split). Unsplit: block b of the grid walks row

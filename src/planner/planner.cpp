@@ -39,11 +39,11 @@ int vector_width(const Problem& p) {
 /// flight while small rows still pack several rows into one block. Rows that fit no cached layout
 /// are streamed (items = 0) by the largest group.
 RowShape row_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t, int max_items,
-                   int max_threads_per_row, int block_threads) {
+                   int max_threads_per_row, int block_threads, int items_target) {
   RowShape s;
   s.vec = vector_width(p);
   const std::int64_t vectors = std::max<std::int64_t>(1, ceil_div(p.cols, s.vec));
-  int group = std::min(next_pow2(ceil_div(vectors, t.row_items_target)), max_threads_per_row);
+  int group = std::min(next_pow2(ceil_div(vectors, std::max(1, items_target))), max_threads_per_row);
   for (;;) {
     const int items = round_items(ceil_div(vectors, group));
     if (ceil_div(vectors, group) <= max_items && group <= max_row_threads(items)) {
@@ -61,6 +61,24 @@ RowShape row_shape(const Problem& p, const DeviceFacts& device, const PlannerTab
   s.rows_per_block = std::max(1, block_threads / group);
   const std::int64_t needed = ceil_div(std::max<std::int64_t>(p.rows, 1), s.rows_per_block);
   s.blocks = std::min<std::int64_t>(needed, std::int64_t(device.sm_count) * t.row_blocks_per_sm);
+  return s;
+}
+
+std::int64_t row_vectors(const Problem& p) { return ceil_div(std::max<std::int64_t>(p.cols, 1), vector_width(p)); }
+
+/// Layout of the unsplit forward / dX row kernels (PlannerTable: row_items_target, row_block_threads;
+/// then the small-grid, short-row and one-item rules, each measured, see the table's comments).
+RowShape row_kernel_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+  const int max_threads = device.max_threads_per_block;
+  RowShape s = row_shape(p, device, t, kMaxRowItems, max_threads, t.row_block_threads, t.row_items_target);
+  if (s.items == 0) return s;  // streamed rows keep their layout
+  if (s.blocks < t.small_grid_blocks)
+    return row_shape(p, device, t, kMaxRowItems, max_threads, t.small_grid_block_threads, t.small_grid_items_target);
+  if (is_backward(p.op)) return s;
+  if (row_vectors(p) <= t.short_row_max_vectors)
+    return row_shape(p, device, t, kMaxRowItems, max_threads, t.row_block_threads, t.forward_short_row_items_target);
+  if (is_rms(p.op) && row_vectors(p) >= t.rms_forward_one_item_min_vectors && row_vectors(p) <= max_threads)
+    return row_shape(p, device, t, kMaxRowItems, max_threads, t.row_block_threads, 1);
   return s;
 }
 
@@ -219,7 +237,8 @@ std::size_t partial_bytes(std::int64_t partial_rows, const Problem& p) {
 
 /// Row layout of the fused kernel: its fixed block, at most kMaxFusedItems vectors per thread.
 RowShape fused_row_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
-  return row_shape(p, device, t, kMaxFusedItems, kFusedBlockThreads, kFusedBlockThreads);
+  const int items_target = row_vectors(p) <= t.short_row_max_vectors ? t.fused_short_row_items_target : t.row_items_target;
+  return row_shape(p, device, t, kMaxFusedItems, kFusedBlockThreads, kFusedBlockThreads, items_target);
 }
 
 /// Blocks of a fused plan that runs as one thread-block cluster (0: not a cluster): small problems
@@ -310,7 +329,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
     out.strategy = Strategy::Simple;  // unused: forward is one row kernel
     // Rows too long to cache stay streamed (read twice): split over a cluster (split_rows) the forward
     // was 1.1-1.2x slower at N = 16384..32768 and no faster at 65536 (docs/NOTES.md entry 20).
-    out.row = row_shape(p, device, t, kMaxRowItems, device.max_threads_per_block, t.row_block_threads);
+    out.row = row_kernel_shape(p, device, t);
     stage_row_kernel(out.row, p, device, t, 1, false);
     return out;
   }
@@ -347,7 +366,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
   }
 
   // Unfused: a dX row kernel (when dx is requested) plus a gamma/beta column kernel.
-  out.row = row_shape(p, device, t, kMaxRowItems, device.max_threads_per_block, t.row_block_threads);
+  out.row = row_kernel_shape(p, device, t);
   if (p.mask.dx) {
     if (split_rows(out.row, p, device, t)) plan_stages(out.row, p, device, t, 2, true, 2, out.row.blocks / out.row.split, 0);
     else stage_row_kernel(out.row, p, device, t, 2, true);
@@ -470,6 +489,26 @@ const TableKey kTableKeys[] = {
                                             : "";
                                }),
     key_at_least_one<&Table::row_blocks_per_sm>("row_blocks_per_sm"),
+    key<&Table::small_grid_blocks>("small_grid_blocks"),
+    {"small_grid_items_target", read_member<&Table::small_grid_items_target>,
+     [](PlannerTable& t, long long v) { t.small_grid_items_target = int(std::clamp<long long>(v, 1, kMaxRowItems)); },
+     accept},
+    key<&Table::small_grid_block_threads>("small_grid_block_threads",
+                                      [](long long v) -> std::string {
+                                        return (v < 32 || v > 1024 || (v & (v - 1)))
+                                                   ? "small_grid_block_threads must be a power of two in [32, 1024]"
+                                                   : "";
+                                      }),
+    key<&Table::short_row_max_vectors>("short_row_max_vectors"),
+    {"forward_short_row_items_target", read_member<&Table::forward_short_row_items_target>,
+     [](PlannerTable& t, long long v) {
+       t.forward_short_row_items_target = int(std::clamp<long long>(v, 1, kMaxRowItems));
+     },
+     accept},
+    {"fused_short_row_items_target", read_member<&Table::fused_short_row_items_target>,
+     [](PlannerTable& t, long long v) { t.fused_short_row_items_target = int(std::clamp<long long>(v, 1, kMaxFusedItems)); },
+     accept},
+    key<&Table::rms_forward_one_item_min_vectors>("rms_forward_one_item_min_vectors"),
     key<&Table::row_pipeline_stages>("row_pipeline_stages",
                                  [](long long v) {
                                    return v > kMaxRowStages

@@ -458,6 +458,54 @@ TEST(Planner, SmallGpuGetsFewerBlocks) {
   EXPECT_LE(plan.row.blocks, 4 * kFusedBlocksPerSm);
 }
 
+// The row-layout rules measured at 41c76c0 (docs/NOTES.md entry 23), and that the table turns them off.
+TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  auto forward = [](std::int64_t m, std::int64_t n, bool rms, DType t = DType::BF16) {
+    Problem p = backward(m, n, t);
+    p.op = rms ? Op::RmsNormForward : Op::LayerNormForward;
+    return p;
+  };
+  // 32 x 512: the 4-item layout made 2 blocks of 16 rows; now 2 items, 2 rows per block of 64 threads.
+  const Plan tiny = plan(forward(32, 512, false), h200);
+  EXPECT_EQ(tiny.row.items, 2);
+  EXPECT_EQ(tiny.row.block_threads(), 64);
+  EXPECT_EQ(tiny.row.blocks, 16);
+  // ... the same for the dX kernel of a small full backward
+  const Plan tiny_dx = plan(backward(32, 512, DType::F16, {true, true, true}), h200, Strategy::Tiled);
+  EXPECT_EQ(tiny_dx.row.items, 2);
+  EXPECT_EQ(tiny_dx.row.block_threads(), 64);
+  // a grid already as large as small_grid_blocks keeps the 4-item layout
+  const Plan mid = plan(forward(1024, 768, false), h200);
+  EXPECT_EQ(mid.row.items, 4);
+  EXPECT_EQ(mid.row.threads_per_row, 32);
+  // rows of 8 vectors (64 16-bit columns): 2 items forward, 1 item fused
+  const Plan short_fwd = plan(forward(131072, 64, true), h200);
+  EXPECT_EQ(short_fwd.row.items, 2);
+  EXPECT_EQ(short_fwd.row.threads_per_row, 4);
+  const Plan short_fused = plan(backward(131072, 64, DType::F16, {true, true, true}), h200, Strategy::Fused);
+  EXPECT_EQ(short_fused.row.items, 1);
+  EXPECT_EQ(short_fused.row.threads_per_row, 8);
+  // RMSNorm forward of 1024 vectors: one per thread; LayerNorm keeps 4
+  const Plan rms_wide = plan(forward(16384, 8192, true), h200);
+  EXPECT_EQ(rms_wide.row.items, 1);
+  EXPECT_EQ(rms_wide.row.threads_per_row, 1024);
+  const Plan ln_wide = plan(forward(16384, 8192, false), h200);
+  EXPECT_EQ(ln_wide.row.items, 4);
+  EXPECT_EQ(ln_wide.row.threads_per_row, 256);
+  // ... and rows longer than one vector per thread of a block are not affected
+  EXPECT_EQ(plan(forward(2048, 16384, true), h200).row.items, plan(forward(2048, 16384, false), h200).row.items);
+  // A table can turn each rule off.
+  PlannerTable off;
+  off.small_grid_blocks = 0;
+  off.short_row_max_vectors = 0;
+  off.rms_forward_one_item_min_vectors = 1 << 30;
+  EXPECT_EQ(plan(forward(32, 512, false), h200, Strategy::Auto, off).row.items, 4);
+  EXPECT_EQ(plan(forward(131072, 64, true), h200, Strategy::Auto, off).row.items, 4);
+  EXPECT_EQ(plan(forward(16384, 8192, true), h200, Strategy::Auto, off).row.items, 4);
+  EXPECT_EQ(plan(backward(131072, 64, DType::F16, {true, true, true}), h200, Strategy::Fused, off).row.items, 2);
+}
+
 // Row staging (RowShape::stages): every row-cached kernel of 16-byte vectors is staged, within the
 // SM's shared memory for the blocks the grid counts on; the grid is the resident blocks.
 TEST(Planner, RowStagesFitSharedMemoryOfTheResidentBlocks) {
@@ -604,6 +652,13 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.row_block_threads = 512;
   t.row_pipeline_stages = 3;
   t.row_split_max = 4;
+  t.small_grid_blocks = 3;
+  t.small_grid_items_target = 1;
+  t.small_grid_block_threads = 128;
+  t.short_row_max_vectors = 2;
+  t.forward_short_row_items_target = 4;
+  t.fused_short_row_items_target = 2;
+  t.rms_forward_one_item_min_vectors = 77;
   const std::string path = ::testing::TempDir() + "normkit_table.txt";
   { std::ofstream(path) << format_planner_table(t); }
   const PlannerTable back = load_planner_table(path);
