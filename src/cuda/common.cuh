@@ -373,7 +373,9 @@ __device__ __forceinline__ unsigned opaque(unsigned value) {
   asm volatile("" : "+r"(value));
   return value;
 }
-/// 16 bytes from a shared_address() (16-byte aligned) into `out`.
+/// 16 bytes from a shared_address() (16-byte aligned) into `out`. Volatile, like the cp.async
+/// statements: the compiler keeps volatile asm in program order, so a read of a staged slot stays
+/// after the cp.async.wait_group that makes the slot's copy visible, and before the next copy into it.
 template <typename P>
 __device__ __forceinline__ void load_shared_16(unsigned smem, P& out) {
   static_assert(sizeof(P) == 16, "16-byte loads");
