@@ -217,6 +217,12 @@ struct PlannerTable {
   std::int64_t short_row_max_vectors = 8;
   int forward_short_row_items_target = 2;
   int fused_short_row_items_target = 1;
+  /// With one item per thread the fused backward wins on such rows (16-byte vectorised) from fewer
+  /// rows than fused_min_rows / fused_gb_min_rows: bf16 sweep at c825604, N = 64: fused 7.02 vs
+  /// two-pass 7.72 us at M = 4097 (full backward; gamma/beta alone 6.37 vs 7.24, RMSNorm 4.69 vs
+  /// 5.20), two-pass ahead at M = 1024 (4.57 vs 6.08 us). Unvectorised short rows (N = 1) lose at
+  /// 4097 and keep the general thresholds.
+  std::int64_t fused_short_row_min_rows = 4096;
   /// RMSNorm forward rows of at least this many vectors that one block covers with one vector per
   /// thread (at most max_threads_per_block vectors) take one vector per thread: a 1024-thread block
   /// per row, 32 warps per SM where the 4-item layout had 16. Same probe: 16384 x 8192 151.3 ->

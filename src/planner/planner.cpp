@@ -261,10 +261,12 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const bool small = p.mask.dx && p.mask.any_gamma_beta() &&
                      fused_cluster_blocks(p, device, t, fused_row_shape(p, device, t).rows_per_block) >= 2;
   const std::int64_t row_bytes = p.cols * std::int64_t(dtype_size(p.dtype));
+  const bool short_rows = vector_width(p) > 1 && row_vectors(p) <= t.short_row_max_vectors;
   const bool fused_size =
-      small || (p.mask.dx ? (p.rows >= t.fused_min_rows ||
-                             (p.rows * row_bytes >= t.fused_min_bytes && row_bytes >= t.fused_min_row_bytes))
-                          : p.rows >= t.fused_gb_min_rows);
+      small || (short_rows && p.rows >= t.fused_short_row_min_rows) ||
+      (p.mask.dx ? (p.rows >= t.fused_min_rows ||
+                    (p.rows * row_bytes >= t.fused_min_bytes && row_bytes >= t.fused_min_row_bytes))
+                 : p.rows >= t.fused_gb_min_rows);
   const bool fused_layout = vector_width(p) > 1 || p.cols <= t.fused_unaligned_max_cols;
   if (t.fused_enabled && fused_size && fused_layout && fused_fits(p, nullptr)) return Strategy::Fused;
   // simple_min_cols was measured against scalar strips (one column per lane); vectorised strips read
@@ -509,6 +511,7 @@ const TableKey kTableKeys[] = {
      [](PlannerTable& t, long long v) { t.fused_short_row_items_target = int(std::clamp<long long>(v, 1, kMaxFusedItems)); },
      accept},
     key<&Table::rms_forward_one_item_min_vectors>("rms_forward_one_item_min_vectors"),
+    key<&Table::fused_short_row_min_rows>("fused_short_row_min_rows"),
     key<&Table::row_pipeline_stages>("row_pipeline_stages",
                                  [](long long v) {
                                    return v > kMaxRowStages

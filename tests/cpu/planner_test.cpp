@@ -495,6 +495,12 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   EXPECT_EQ(ln_wide.row.threads_per_row, 256);
   // ... and rows longer than one vector per thread of a block are not affected
   EXPECT_EQ(plan(forward(2048, 16384, true), h200).row.items, plan(forward(2048, 16384, false), h200).row.items);
+  // Short vectorised rows take fused from fused_short_row_min_rows rows (with and without dX);
+  // unvectorised ones (N = 1) and fewer rows keep two-pass.
+  EXPECT_EQ(plan(backward(4097, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::Fused);
+  EXPECT_EQ(plan(backward(4097, 64, DType::BF16), h200).strategy, Strategy::Fused);
+  EXPECT_EQ(plan(backward(1024, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::TwoPass);
+  EXPECT_EQ(plan(backward(4097, 1, DType::BF16, {true, true, true}), h200).strategy, Strategy::TwoPass);
   // A table can turn each rule off.
   PlannerTable off;
   off.small_grid_blocks = 0;
@@ -659,6 +665,7 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.forward_short_row_items_target = 4;
   t.fused_short_row_items_target = 2;
   t.rms_forward_one_item_min_vectors = 77;
+  t.fused_short_row_min_rows = 55;
   const std::string path = ::testing::TempDir() + "normkit_table.txt";
   { std::ofstream(path) << format_planner_table(t); }
   const PlannerTable back = load_planner_table(path);
