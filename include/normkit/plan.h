@@ -256,7 +256,9 @@ constexpr int kMaxRowItems = 4;
 /// per SM as for any 4-item row kernel; clusters of up to kMaxSplit blocks (the portable cluster size).
 constexpr int kSplitItems = 4;
 constexpr int kSplitBlockThreads = 256;
-constexpr int kMaxSplit = 8;
+/// The largest thread-block cluster every sm_90 device launches without opting in (the portable size).
+constexpr int kPortableClusterBlocks = 8;
+constexpr int kMaxSplit = kPortableClusterBlocks;
 /// Register budget of the row kernels: a block of T threads gets 65536 / T registers per thread
 /// (at most 255), and a thread holds its fragment and, for small fragments, its weights. A group
 /// caching more items per thread must therefore be smaller.

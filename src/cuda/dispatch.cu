@@ -29,7 +29,7 @@ DeviceFacts cuda_device_facts() {
     facts.smem_per_sm = std::int64_t(prop.sharedMemPerMultiprocessor);
     facts.warp_size = prop.warpSize;
     facts.max_threads_per_block = prop.maxThreadsPerBlock;
-    facts.max_cluster_blocks = prop.major >= 9 ? 8 : 0;  // thread-block clusters: sm_90 on, 8 portable
+    facts.max_cluster_blocks = prop.major >= 9 ? kPortableClusterBlocks : 0;  // thread-block clusters: sm_90 on
     facts.programmatic_launch = prop.major >= 9;         // programmatic dependent launch: sm_90 on
     if (facts.warp_size != kWarpSize)
       throw CudaError("normkit: device warp size " + std::to_string(facts.warp_size) + " but kernels are built for " +

@@ -441,6 +441,19 @@ void write_at_least_one(PlannerTable& t, long long v) {
   write_member<M>(t, std::max(v, 1LL));
 }
 std::string accept(long long) { return ""; }
+/// Checks: why a value is rejected ("" = accepted); load_planner_table names the key before it.
+std::string block_threads_check(long long v) {
+  return (v < 32 || v > 1024 || (v & (v - 1))) ? "must be a power of two in [32, 1024]" : "";
+}
+std::string portable_cluster_check(long long v) {
+  return v > kPortableClusterBlocks
+             ? "must be at most " + std::to_string(kPortableClusterBlocks) + " (the portable cluster size normkit launches)"
+             : "";
+}
+template <auto M, int kMax>
+void write_items(PlannerTable& t, long long v) {  // vectors per thread: clamped to the kernels' instances
+  write_member<M>(t, std::clamp<long long>(v, 1, kMax));
+}
 
 template <auto M>
 constexpr TableKey key(const char* name, std::string (*check)(long long) = accept) {
@@ -449,6 +462,10 @@ constexpr TableKey key(const char* name, std::string (*check)(long long) = accep
 template <auto M>
 constexpr TableKey key_at_least_one(const char* name) {
   return {name, read_member<M>, write_at_least_one<M>, accept};
+}
+template <auto M, int kMax>
+constexpr TableKey key_items(const char* name) {
+  return {name, read_member<M>, write_items<M, kMax>, accept};
 }
 
 using Table = PlannerTable;
@@ -473,57 +490,27 @@ const TableKey kTableKeys[] = {
     key<&Table::fused_single_launch>("fused_single_launch"),
     key<&Table::fused_cluster_max_elements>("fused_cluster_max_elements"),
     key<&Table::fused_cluster_max_cols>("fused_cluster_max_cols"),
-    key<&Table::fused_cluster_max_blocks>("fused_cluster_max_blocks",
-                                      [](long long v) -> std::string {
-                                        return v > 8 ? "fused_cluster_max_blocks must be at most 8 (the portable "
-                                                       "cluster size normkit launches)"
-                                                     : "";
-                                      }),
+    key<&Table::fused_cluster_max_blocks>("fused_cluster_max_blocks", portable_cluster_check),
     key<&Table::programmatic_launch>("programmatic_launch"),
     key<&Table::column_vec_min_cols>("column_vec_min_cols"),
     key<&Table::column_vec_two_pass_min_rows>("column_vec_two_pass_min_rows"),
-    {"row_items_target", read_member<&Table::row_items_target>,
-     [](PlannerTable& t, long long v) { t.row_items_target = int(std::clamp<long long>(v, 1, kMaxRowItems)); }, accept},
-    key<&Table::row_block_threads>("row_block_threads",
-                               [](long long v) -> std::string {
-                                 return (v < 32 || v > 1024 || (v & (v - 1)))
-                                            ? "row_block_threads must be a power of two in [32, 1024]"
-                                            : "";
-                               }),
+    key_items<&Table::row_items_target, kMaxRowItems>("row_items_target"),
+    key<&Table::row_block_threads>("row_block_threads", block_threads_check),
     key_at_least_one<&Table::row_blocks_per_sm>("row_blocks_per_sm"),
     key<&Table::small_grid_blocks>("small_grid_blocks"),
-    {"small_grid_items_target", read_member<&Table::small_grid_items_target>,
-     [](PlannerTable& t, long long v) { t.small_grid_items_target = int(std::clamp<long long>(v, 1, kMaxRowItems)); },
-     accept},
-    key<&Table::small_grid_block_threads>("small_grid_block_threads",
-                                      [](long long v) -> std::string {
-                                        return (v < 32 || v > 1024 || (v & (v - 1)))
-                                                   ? "small_grid_block_threads must be a power of two in [32, 1024]"
-                                                   : "";
-                                      }),
+    key_items<&Table::small_grid_items_target, kMaxRowItems>("small_grid_items_target"),
+    key<&Table::small_grid_block_threads>("small_grid_block_threads", block_threads_check),
     key<&Table::short_row_max_vectors>("short_row_max_vectors"),
-    {"forward_short_row_items_target", read_member<&Table::forward_short_row_items_target>,
-     [](PlannerTable& t, long long v) {
-       t.forward_short_row_items_target = int(std::clamp<long long>(v, 1, kMaxRowItems));
-     },
-     accept},
-    {"fused_short_row_items_target", read_member<&Table::fused_short_row_items_target>,
-     [](PlannerTable& t, long long v) { t.fused_short_row_items_target = int(std::clamp<long long>(v, 1, kMaxFusedItems)); },
-     accept},
+    key_items<&Table::forward_short_row_items_target, kMaxRowItems>("forward_short_row_items_target"),
+    key_items<&Table::fused_short_row_items_target, kMaxFusedItems>("fused_short_row_items_target"),
     key<&Table::rms_forward_one_item_min_vectors>("rms_forward_one_item_min_vectors"),
     key<&Table::fused_short_row_min_rows>("fused_short_row_min_rows"),
     key<&Table::row_pipeline_stages>("row_pipeline_stages",
                                  [](long long v) {
-                                   return v > kMaxRowStages
-                                              ? "row_pipeline_stages must be at most " + std::to_string(kMaxRowStages)
-                                              : std::string();
+                                   return v > kMaxRowStages ? "must be at most " + std::to_string(kMaxRowStages)
+                                                            : std::string();
                                  }),
-    key<&Table::row_split_max>("row_split_max",
-                           [](long long v) {
-                             return v > kMaxSplit ? "row_split_max must be at most " + std::to_string(kMaxSplit) +
-                                                        " (the portable cluster size)"
-                                                  : std::string();
-                           }),
+    key<&Table::row_split_max>("row_split_max", portable_cluster_check),
 };
 
 /// Keys of older tables, with what replaced them (a clear error instead of "unknown key").
@@ -578,7 +565,7 @@ PlannerTable load_planner_table(const std::string& path) {
       if (key == k.name) found = &k;
     if (found == nullptr) fail("unknown key '" + key + "'");
     const std::string why = found->check(v);
-    if (!why.empty()) fail(why);
+    if (!why.empty()) fail(key + " " + why);
     found->set(t, v);
   }
   if (!(t.tile64_min_rows <= t.tile128_min_rows && t.tile128_min_rows <= t.tile256_min_rows))

@@ -466,33 +466,32 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
     p.op = rms ? Op::RmsNormForward : Op::LayerNormForward;
     return p;
   };
-  // 32 x 512: the 4-item layout made 2 blocks of 16 rows; now 2 items, 2 rows per block of 64 threads.
-  const Plan tiny = plan(forward(32, 512, false), h200);
-  EXPECT_EQ(tiny.row.items, 2);
-  EXPECT_EQ(tiny.row.block_threads(), 64);
-  EXPECT_EQ(tiny.row.blocks, 16);
-  // ... the same for the dX kernel of a small full backward
-  const Plan tiny_dx = plan(backward(32, 512, DType::F16, {true, true, true}), h200, Strategy::Tiled);
-  EXPECT_EQ(tiny_dx.row.items, 2);
-  EXPECT_EQ(tiny_dx.row.block_threads(), 64);
-  // a grid already as large as small_grid_blocks keeps the 4-item layout
-  const Plan mid = plan(forward(1024, 768, false), h200);
-  EXPECT_EQ(mid.row.items, 4);
-  EXPECT_EQ(mid.row.threads_per_row, 32);
-  // rows of 8 vectors (64 16-bit columns): 2 items forward, 1 item fused
-  const Plan short_fwd = plan(forward(131072, 64, true), h200);
-  EXPECT_EQ(short_fwd.row.items, 2);
-  EXPECT_EQ(short_fwd.row.threads_per_row, 4);
-  const Plan short_fused = plan(backward(131072, 64, DType::F16, {true, true, true}), h200, Strategy::Fused);
-  EXPECT_EQ(short_fused.row.items, 1);
-  EXPECT_EQ(short_fused.row.threads_per_row, 8);
-  // RMSNorm forward of 1024 vectors: one per thread; LayerNorm keeps 4
-  const Plan rms_wide = plan(forward(16384, 8192, true), h200);
-  EXPECT_EQ(rms_wide.row.items, 1);
-  EXPECT_EQ(rms_wide.row.threads_per_row, 1024);
-  const Plan ln_wide = plan(forward(16384, 8192, false), h200);
-  EXPECT_EQ(ln_wide.row.items, 4);
-  EXPECT_EQ(ln_wide.row.threads_per_row, 256);
+  struct Expected {
+    const char* why;
+    Problem problem;
+    Strategy strategy;
+    int items, threads_per_row, block_threads;
+  };
+  const Expected cases[] = {
+      // 32 x 512: the 4-item layout made 2 blocks of 16 rows; now 2 items, 2 rows per block of 64 threads
+      {"small grid, forward", forward(32, 512, false), Strategy::Auto, 2, 32, 64},
+      {"small grid, dX", backward(32, 512, DType::F16, {true, true, true}), Strategy::Tiled, 2, 32, 64},
+      // a grid already as large as small_grid_blocks keeps the 4-item layout
+      {"large enough grid", forward(1024, 768, false), Strategy::Auto, 4, 32, 256},
+      // rows of 8 vectors (64 16-bit columns): 2 items forward, 1 item fused
+      {"short rows, forward", forward(131072, 64, true), Strategy::Auto, 2, 4, 256},
+      {"short rows, fused", backward(131072, 64, DType::F16, {true, true, true}), Strategy::Fused, 1, 8, 512},
+      // RMSNorm forward of 1024 vectors: one per thread; LayerNorm keeps 4
+      {"wide RMSNorm forward", forward(16384, 8192, true), Strategy::Auto, 1, 1024, 1024},
+      {"wide LayerNorm forward", forward(16384, 8192, false), Strategy::Auto, 4, 256, 256},
+  };
+  for (const Expected& e : cases) {
+    const RowShape r = plan(e.problem, h200, e.strategy).row;
+    EXPECT_EQ(r.items, e.items) << e.why;
+    EXPECT_EQ(r.threads_per_row, e.threads_per_row) << e.why;
+    EXPECT_EQ(r.block_threads(), e.block_threads) << e.why;
+  }
+  EXPECT_EQ(plan(forward(32, 512, false), h200).row.blocks, 16);
   // ... and rows longer than one vector per thread of a block are not affected
   EXPECT_EQ(plan(forward(2048, 16384, true), h200).row.items, plan(forward(2048, 16384, false), h200).row.items);
   // Short vectorised rows take fused from fused_short_row_min_rows rows (with and without dX);
