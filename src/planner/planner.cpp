@@ -66,8 +66,16 @@ RowShape row_shape(const Problem& p, const DeviceFacts& device, const PlannerTab
 
 std::int64_t row_vectors(const Problem& p) { return ceil_div(std::max<std::int64_t>(p.cols, 1), vector_width(p)); }
 
+/// Rows of a few 16-byte vectors (PlannerTable::short_row_max_vectors): the short-row rules were
+/// measured on vectorised rows only (N = 64 16-bit), so unvectorised rows keep the general layout.
+bool short_vector_rows(const Problem& p, const PlannerTable& t) {
+  return vector_width(p) > 1 && row_vectors(p) <= t.short_row_max_vectors;
+}
+
 /// Layout of the unsplit forward / dX row kernels (PlannerTable: row_items_target, row_block_threads;
-/// then the small-grid, short-row and one-item rules, each measured, see the table's comments).
+/// then the small-grid, short-row and one-item rules, each measured, see the table's comments). The
+/// small-grid rule is about the grid, whatever the rows; the row-length rules only take vectorised
+/// rows, where they were measured.
 RowShape row_kernel_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   const int max_threads = device.max_threads_per_block;
   RowShape s = row_shape(p, device, t, kMaxRowItems, max_threads, t.row_block_threads, t.row_items_target);
@@ -75,9 +83,10 @@ RowShape row_kernel_shape(const Problem& p, const DeviceFacts& device, const Pla
   if (s.blocks < t.small_grid_blocks)
     return row_shape(p, device, t, kMaxRowItems, max_threads, t.small_grid_block_threads, t.small_grid_items_target);
   if (is_backward(p.op)) return s;
-  if (row_vectors(p) <= t.short_row_max_vectors)
+  if (short_vector_rows(p, t))
     return row_shape(p, device, t, kMaxRowItems, max_threads, t.row_block_threads, t.forward_short_row_items_target);
-  if (is_rms(p.op) && row_vectors(p) >= t.rms_forward_one_item_min_vectors && row_vectors(p) <= max_threads)
+  if (is_rms(p.op) && vector_width(p) > 1 && row_vectors(p) >= t.rms_forward_one_item_min_vectors &&
+      row_vectors(p) <= max_threads)
     return row_shape(p, device, t, kMaxRowItems, max_threads, t.row_block_threads, 1);
   return s;
 }
@@ -237,7 +246,7 @@ std::size_t partial_bytes(std::int64_t partial_rows, const Problem& p) {
 
 /// Row layout of the fused kernel: its fixed block, at most kMaxFusedItems vectors per thread.
 RowShape fused_row_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
-  const int items_target = row_vectors(p) <= t.short_row_max_vectors ? t.fused_short_row_items_target : t.row_items_target;
+  const int items_target = short_vector_rows(p, t) ? t.fused_short_row_items_target : t.row_items_target;
   return row_shape(p, device, t, kMaxFusedItems, kFusedBlockThreads, kFusedBlockThreads, items_target);
 }
 
@@ -261,9 +270,8 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const bool small = p.mask.dx && p.mask.any_gamma_beta() &&
                      fused_cluster_blocks(p, device, t, fused_row_shape(p, device, t).rows_per_block) >= 2;
   const std::int64_t row_bytes = p.cols * std::int64_t(dtype_size(p.dtype));
-  const bool short_rows = vector_width(p) > 1 && row_vectors(p) <= t.short_row_max_vectors;
   const bool fused_size =
-      small || (short_rows && p.rows >= t.fused_short_row_min_rows) ||
+      small || (short_vector_rows(p, t) && p.rows >= t.fused_short_row_min_rows) ||
       (p.mask.dx ? (p.rows >= t.fused_min_rows ||
                     (p.rows * row_bytes >= t.fused_min_bytes && row_bytes >= t.fused_min_row_bytes))
                  : p.rows >= t.fused_gb_min_rows);

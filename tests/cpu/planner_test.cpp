@@ -492,6 +492,18 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
     EXPECT_EQ(r.block_threads(), e.block_threads) << e.why;
   }
   EXPECT_EQ(plan(forward(32, 512, false), h200).row.blocks, 16);
+  // unvectorised rows keep the general layout for the row-length rules: 1024 scalar columns would
+  // be 1024 "vectors" for the RMSNorm rule, and 8 for the short-row rules
+  Problem unaligned = forward(16384, 1024, true);
+  unaligned.rows_vector_aligned = false;
+  EXPECT_EQ(plan(unaligned, h200).row.items, 4);
+  EXPECT_EQ(plan(unaligned, h200).row.threads_per_row, 256);
+  Problem unaligned_short = forward(131072, 8, true);
+  unaligned_short.rows_vector_aligned = false;
+  EXPECT_EQ(plan(unaligned_short, h200).row.items, 4);
+  Problem unaligned_short_bwd = backward(131072, 8, DType::BF16, {true, true, true});
+  unaligned_short_bwd.rows_vector_aligned = false;
+  EXPECT_EQ(plan(unaligned_short_bwd, h200, Strategy::Fused).row.items, 2);
   // ... and rows longer than one vector per thread of a block are not affected
   EXPECT_EQ(plan(forward(2048, 16384, true), h200).row.items, plan(forward(2048, 16384, false), h200).row.items);
   // Short vectorised rows take fused from fused_short_row_min_rows rows (with and without dX);
