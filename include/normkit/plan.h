@@ -211,9 +211,9 @@ struct PlannerTable {
   int small_grid_block_threads = 64;
   /// Vectorised rows of at most short_row_max_vectors 16-byte vectors (64 16-bit columns) spread
   /// over more lanes: the forward aims at forward_short_row_items_target vectors per thread, the
-  /// fused backward at fused_short_row_items_target. Same probe: forward 131072 x 64 LN 14.10 -> 11.52 us, RMS 13.51 ->
-  /// 11.04 us (2 items); seed suite, table row_items_target = 1: fused full backward 131072 x 64 LN
-  /// 24.97 -> 21.88 us, RMS 20.33 -> 18.46 us (1 item).
+  /// fused backward at fused_short_row_items_target. Same probe: forward 131072 x 64 LN 14.10 ->
+  /// 11.52 us, RMS 13.51 -> 11.04 us (2 items); seed suite, table row_items_target = 1: fused full
+  /// backward 131072 x 64 LN 24.97 -> 21.88 us, RMS 20.33 -> 18.46 us (1 item).
   std::int64_t short_row_max_vectors = 8;
   int forward_short_row_items_target = 2;
   int fused_short_row_items_target = 1;
@@ -225,8 +225,9 @@ struct PlannerTable {
   std::int64_t fused_short_row_min_rows = 4096;
   /// Vectorised RMSNorm forward rows of at least this many vectors that one block covers with one
   /// vector per thread (at most max_threads_per_block vectors) take one vector per thread: a
-  /// 1024-thread block per row, 32 warps per SM where the 4-item layout had 16. Same probe: 16384 x 8192 151.3 ->
-  /// 135.6 us. Not LayerNorm: its two block-wide sums per row made it slower (154 -> 186 us).
+  /// 1024-thread block per row, 32 warps per SM where the 4-item layout had 16. Same probe: 16384 x
+  /// 8192 151.3 -> 135.6 us. Not LayerNorm: its two block-wide sums per row made it slower (154 ->
+  /// 186 us).
   std::int64_t rms_forward_one_item_min_vectors = 1024;
   /// Row iterations staged through shared memory by cp.async in the row-cached kernels (forward,
   /// dX, fused); 0 or 1 = no staging (loads straight into registers). Why: a row kernel's registers
