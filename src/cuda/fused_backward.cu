@@ -118,7 +118,8 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
       __syncthreads();
       // 16-byte stores where VEC allows: a warp's scalar stores at a stride of VEC floats hit 32 / VEC
       // banks (8-way conflicts for VEC = 8, 55 % of the kernel's shared wavefronts in excess at 1024 x
-      // 768 fp16, ncu at 29fc9f5); float4 stores cut the wavefronts 4x.
+      // 768 fp16, ncu at 29fc9f5); float4 stores cut the wavefronts 4x (the suites measured it neutral
+      // at ad5488c: the epilogue is not where the small launches lose their time).
       // (Each value selected on its own: a pointer to one of the two register arrays, chosen at run
       // time, put both in local memory -- 4-5 us more per launch at 8192 x 768.)
       float v[VEC];
