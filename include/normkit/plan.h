@@ -88,7 +88,7 @@ struct ColumnShape {
   std::int64_t col_blocks = 0;   ///< column strips
   std::int64_t row_parts = 1;    ///< two-pass: row slices (= partial rows); 1 otherwise
   std::int64_t rows_per_part = 0;
-  int reduce_block_y = 8;        ///< partial reduce: threads summing one column strip together
+  int reduce_block_y = 8;        ///< partial reduce: thread rows summing one column strip together
   int rows_per_iteration() const { return block_y * rows_per_thread; }
   int columns_per_block() const { return block_x * vec; }
 };
@@ -291,6 +291,10 @@ constexpr int row_kernel_min_blocks(int items) {
 constexpr int kMaxFusedItems = 2;
 constexpr int kFusedBlockThreads = 512;
 constexpr int kFusedBlocksPerSm = 1;
+/// The partial reduce (two-pass pass 2, fused final step) has a thread sum up to this many partial
+/// rows per batch of loads in flight; the planner gives it enough thread rows (ColumnShape::
+/// reduce_block_y, at most 1024 / kWarpSize) that one batch covers the partials where it can.
+constexpr int kReduceRowsPerThread = 8;
 /// Row pipelines hold at most this many stages (the kernels' cp.async wait takes it as a constant).
 constexpr int kMaxRowStages = 8;
 /// Shared memory the CUDA runtime reserves per resident block (sm_80 and later).

@@ -89,31 +89,44 @@ inline std::size_t column_block_smem(const ColumnShape& c) {
 
 /// The partial reduce shared by two-pass (pass 2) and the fused backward's final step: partials
 /// hold `arrays` fp32 arrays of [partial_rows, cols]; out[a] receives the column sums of array a.
-/// Blocks take 32-column strips strip_begin, strip_begin + strip_step, ...; within a block, thread
-/// (tx, ty) of a 32 x block_y layout sums partial rows ty, ty + block_y, ... of column strip*32+tx.
+/// A work item is one 32-column strip of one array (item = a * strips + strip): blocks take items
+/// item_begin, item_begin + item_step, ...; within a block, thread (tx, ty) of a 32 x block_y layout
+/// sums partial rows ty, ty + block_y, ... of column strip * 32 + tx, kReduceRowsPerThread loads in
+/// flight at a time (the planner sizes block_y so that one batch covers them), then thread row 0
+/// adds the block_y sums in order. Items per array instead of a loop over the arrays in each block,
+/// and the batched loads: at 8192 x 768 the reduce took 11.6 us under ncu with 24 blocks walking 8
+/// rows and 2 arrays each, one load round trip after another (877b21c).
 template <typename W>
 __device__ __forceinline__ void reduce_partials(const float* partials, std::int64_t partial_rows, int cols,
-                                                int arrays, W* const (&out)[2], std::int64_t strip_begin,
-                                                std::int64_t strip_step, int tx, int ty, int block_y,
+                                                int arrays, W* const (&out)[2], std::int64_t item_begin,
+                                                std::int64_t item_step, int tx, int ty, int block_y,
                                                 float* smem /* 32 * block_y */) {
   const std::int64_t strips = (cols + kWarpSize - 1) / kWarpSize;
-  for (std::int64_t strip = strip_begin; strip < strips; strip += strip_step) {
-    const std::int64_t col = strip * kWarpSize + tx;
-    for (int a = 0; a < arrays; ++a) {
-      const float* base = partials + std::int64_t(a) * partial_rows * cols;
-      float sum = 0.f;
-      if (col < cols) {
-#pragma unroll 4
-        for (std::int64_t r = ty; r < partial_rows; r += block_y) sum += base[r * cols + col];
+  for (std::int64_t item = item_begin; item < strips * arrays; item += item_step) {
+    const int a = int(item / strips);
+    const std::int64_t col = (item - a * strips) * kWarpSize + tx;
+    const float* base = partials + std::int64_t(a) * partial_rows * cols;
+    float sum = 0.f;
+    if (col < cols) {
+      for (std::int64_t r0 = ty; r0 < partial_rows; r0 += std::int64_t(block_y) * kReduceRowsPerThread) {
+        float v[kReduceRowsPerThread];
+#pragma unroll
+        for (int u = 0; u < kReduceRowsPerThread; ++u) {
+          const std::int64_t r = r0 + std::int64_t(u) * block_y;
+          v[u] = r < partial_rows ? base[r * cols + col] : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < kReduceRowsPerThread; ++u) sum += v[u];  // rows in order; past the end: + 0
       }
-      __syncthreads();
-      smem[ty * kWarpSize + tx] = sum;
-      __syncthreads();
-      if (ty == 0 && col < cols) {
-        float total = 0.f;
-        for (int y = 0; y < block_y; ++y) total += smem[y * kWarpSize + tx];
-        out[a][col] = from_float<W>(total);
-      }
+    }
+    __syncthreads();
+    smem[ty * kWarpSize + tx] = sum;
+    __syncthreads();
+    if (ty == 0 && col < cols) {
+      float total = 0.f;
+#pragma unroll 8
+      for (int y = 0; y < block_y; ++y) total += smem[y * kWarpSize + tx];
+      out[a][col] = from_float<W>(total);
     }
   }
 }
@@ -129,7 +142,7 @@ __device__ __forceinline__ int gamma_beta_outputs(const BackwardParams<T, W>& p,
 }
 
 /// Pass 2 of two-pass, and the fused backward's final step when it runs as a second launch.
-/// Block: 32 x reduce_block_y threads; grid: any number of blocks (they stride over the strips).
+/// Block: 32 x reduce_block_y threads; grid: any number of blocks (they stride over the items).
 template <typename T, typename W>
 __global__ void __launch_bounds__(1024) reduce_partials_kernel(const BackwardParams<T, W> p, const float* partials,
                                                                std::int64_t partial_rows) {
@@ -142,15 +155,17 @@ __global__ void __launch_bounds__(1024) reduce_partials_kernel(const BackwardPar
 }
 
 /// Launches the partial reduce (two-pass pass 2, fused second launch): one block per 32-column strip
-/// of N, columns.reduce_block_y thread rows each; programmatically when the plan says so (it waits
-/// for the partials before reading them).
+/// of N and array, columns.reduce_block_y thread rows each; programmatically when the plan says so
+/// (it waits for the partials before reading them).
 template <typename T, typename W>
 void launch_reduce_partials(const BackwardParams<T, W>& params, const float* partials, std::int64_t partial_rows,
                             const ColumnShape& columns, bool programmatic, cudaStream_t stream) {
   const dim3 block(unsigned(kWarpSize), unsigned(columns.reduce_block_y));
   const std::size_t smem = sizeof(float) * kWarpSize * std::size_t(columns.reduce_block_y);
-  const unsigned strips = unsigned((std::int64_t(params.cols) + kWarpSize - 1) / kWarpSize);
-  launch_kernel(reduce_partials_kernel<T, W>, dim3(strips), block, smem, stream, LaunchMode{programmatic},
+  const int arrays = (params.dweight != nullptr ? 1 : 0) + (params.dbias != nullptr ? 1 : 0);
+  const unsigned items = unsigned((std::int64_t(params.cols) + kWarpSize - 1) / kWarpSize * arrays);
+  if (items == 0) return;  // nothing asked for, or N = 0
+  launch_kernel(reduce_partials_kernel<T, W>, dim3(items), block, smem, stream, LaunchMode{programmatic},
                 "reduce_partials_kernel launch", params, partials, partial_rows);
   check_launch("reduce_partials_kernel");
 }

@@ -296,10 +296,11 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 /// Block-shared scratch of the row-group sums (row_group_sum): two buffers of up to kValues floats
-/// per warp, taken in turn. A sum writes one buffer and reads it after a single block barrier; the
+/// per warp, taken in turn. A sum writes one buffer and reads it after a barrier of its group; the
 /// next sum writes the other one, and the sum after that may reuse the first because every thread
-/// has passed the barrier of the sum in between only after its reads of the first. Every thread of
-/// the block takes the same turns (it calls the same sums in the same order).
+/// of the group has passed the barrier of the sum in between only after its reads of the first
+/// (other groups write other slots). Every thread of the block takes the same turns (it calls the
+/// same sums in the same order).
 struct GroupScratch {
   static constexpr int kValues = 2;                                  // per warp and sum
   static constexpr int kBuffer = kValues * (1024 / kWarpSize);       // floats per buffer
@@ -314,13 +315,41 @@ struct GroupScratch {
   }
 };
 
+/// Hardware barriers 1..kGroupBarriers are free for row groups (0 is __syncthreads; normkit uses no
+/// other named barrier).
+constexpr int kGroupBarriers = 15;
+
+/// Barrier of this thread's row group of `group_threads` threads (a power of two, at least a warp):
+/// a named barrier of the group when the block has at most kGroupBarriers groups, else the whole
+/// block. A group's barrier leaves the other groups running: a block-wide barrier per row made the
+/// 16 warps of a fused block (8 rows of 64 threads) wait for the slowest row every iteration (SASS
+/// at 877b21c). Shifts, not divisions: both counts are powers of two.
+__device__ __forceinline__ void group_barrier(int group_threads) {
+  const int shift = __ffs(group_threads) - 1;
+  const int groups = int(blockDim.x) >> shift;
+  if (groups == 1 || groups > kGroupBarriers) {
+    __syncthreads();
+    return;
+  }
+  const int id = 1 + (int(threadIdx.x) >> shift);
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(group_threads) : "memory");
+}
+
 /// Sums each of v[0..K) over a row group of `group_threads` threads (a power of two); every lane of
 /// the group gets the same bits. Groups up to a warp reduce with an xor butterfly; larger groups
-/// first reduce each warp, then lane l < warps_per_group of every warp reads the sums of warp l of
-/// its group from `scratch` (the other lanes take 0) and one more warp butterfly adds them: a fixed
-/// order, the same in every warp. One block barrier per call (GroupScratch), none for groups of up
-/// to a warp. Every thread of the block must call it (it may synchronise the block).
-template <int K>
+/// first reduce each warp and publish the warp sums in `scratch`, then:
+/// - kGroupLocal (the backward kernels): after a barrier of the group only (group_barrier), groups of
+///   2 or 4 warps read all their warp sums in every lane and add them in warp order, no shuffles
+///   (the fused kernel's common layout is 64 threads a row; at 8192 x 768 this and the wider partial
+///   reduce took the LayerNorm full backward from 23.1 to 18.8 us, A/B at 877b21c);
+/// - otherwise, and for groups of more than 4 warps: after a block barrier (kGroupLocal: the group's),
+///   lane l < warps reads warp l's sum (the other lanes take 0) and one more warp butterfly adds them.
+///   The forward keeps this form throughout: with the group-local one ptxas spilled its LayerNorm
+///   bf16 staged 4 x 8 instance (40 bytes) and 131072 x 4096 took 8 % longer (same A/B).
+/// Either way a fixed order, the same in every lane. One barrier per call, none for groups of up to
+/// a warp. Every thread of the group must call it; every thread of the block when the barrier is the
+/// block's (!kGroupLocal, or more than kGroupBarriers groups).
+template <int K, bool kGroupLocal = true>
 __device__ __forceinline__ void row_group_sum(float (&v)[K], int group_threads, GroupScratch& scratch) {
   static_assert(K <= GroupScratch::kValues, "GroupScratch holds up to kValues sums per warp");
   if (group_threads < kWarpSize) {
@@ -339,23 +368,39 @@ __device__ __forceinline__ void row_group_sum(float (&v)[K], int group_threads, 
 #pragma unroll
     for (int k = 0; k < K; ++k) buffer[K * warp + k] = v[k];
   }
-  __syncthreads();
+  const float* group = buffer + K * first_warp;
+  if constexpr (kGroupLocal) {
+    group_barrier(group_threads);
+    if (warps_per_group <= 4) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        float sum = group[k] + group[K + k];
+        if (warps_per_group == 4) sum = (sum + group[2 * K + k]) + group[3 * K + k];
+        v[k] = sum;
+      }
+      return;
+    }
+  } else {
+    __syncthreads();
+  }
   const bool mine = lane < warps_per_group;
 #pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = warp_sum(mine ? buffer[K * (first_warp + lane) + k] : 0.f);
+  for (int k = 0; k < K; ++k) v[k] = warp_sum(mine ? group[K * lane + k] : 0.f);
 }
 
 /// row_group_sum of one value.
+template <bool kGroupLocal = true>
 __device__ __forceinline__ float row_group_sum1(float a, int group_threads, GroupScratch& scratch) {
   float v[1] = {a};
-  row_group_sum(v, group_threads, scratch);
+  row_group_sum<1, kGroupLocal>(v, group_threads, scratch);
   return v[0];
 }
 
 /// row_group_sum of two values (the backward's row sums).
+template <bool kGroupLocal = true>
 __device__ __forceinline__ void row_group_sum2(float& a, float& b, int group_threads, GroupScratch& scratch) {
   float v[2] = {a, b};
-  row_group_sum(v, group_threads, scratch);
+  row_group_sum<2, kGroupLocal>(v, group_threads, scratch);
   a = v[0];
   b = v[1];
 }

@@ -30,6 +30,9 @@ struct ForwardParams {
   int stages;  // RowShape::stages: 0 = rows loaded straight into registers
 };
 
+/// The forward's row sums take the block-barrier form (row_group_sum says why).
+constexpr bool kForwardGroupLocal = false;
+
 template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
 __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_blocks(ITEMS)) forward_kernel(const ForwardParams<T, W> p) {
   __shared__ float scratch_buffers[GroupScratch::kFloats];
@@ -63,17 +66,17 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
         for (int i = 0; i < VEC; ++i) x[k][i] = xv.at(k, i);
       float mean = 0.f, rstd;
       if constexpr (kRms) {
-        const float sq = row_group_sum1(lane_sum(x, [](float v) { return v * v; }), g.threads, scratch);
+        const float sq = row_group_sum1<kForwardGroupLocal>(lane_sum(x, [](float v) { return v * v; }), g.threads, scratch);
         rstd = rsqrtf(sq * inv_n + p.eps);
       } else {
         // padding slots hold 0: the sum needs no mask; the squared deviations do (0 - mean != 0)
-        mean = row_group_sum1(lane_sum(x, [](float v) { return v; }), g.threads, scratch) * inv_n;
+        mean = row_group_sum1<kForwardGroupLocal>(lane_sum(x, [](float v) { return v; }), g.threads, scratch) * inv_n;
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
           for (int i = 0; i < VEC; ++i) x[k][i] -= mean;  // from here on x holds x - mean
         const float lane_m2 = lane_sum(x, [](float d) { return d * d; }, valid_vectors);
-        rstd = rsqrtf(row_group_sum1(lane_m2, g.threads, scratch) * inv_n + p.eps);
+        rstd = rsqrtf(row_group_sum1<kForwardGroupLocal>(lane_m2, g.threads, scratch) * inv_n + p.eps);
       }
 
       T* y_row = p.y.row(active ? r : 0);
@@ -141,7 +144,7 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
               }
             });
       }
-      row_group_sum2(sum, sq, g.threads, scratch);
+      row_group_sum2<kForwardGroupLocal>(sum, sq, g.threads, scratch);
       const float shifted_mean = sum * inv_n;
       const float mean = kRms ? 0.f : shift + shifted_mean;
       const float var = kRms ? sq * inv_n : fmaxf(sq * inv_n - shifted_mean * shifted_mean, 0.f);

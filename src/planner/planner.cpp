@@ -236,6 +236,12 @@ ColumnShape two_pass_shape(const Problem& p, const DeviceFacts& device, const Pl
   return c;
 }
 
+/// Thread rows of the partial reduce: one batch of kReduceRowsPerThread loads per thread covers
+/// `partial_rows` (up to 32 x 8 = 256 of them; taller partials take more batches).
+int reduce_block_y(std::int64_t partial_rows) {
+  return int(std::clamp<std::int64_t>(ceil_div(partial_rows, kReduceRowsPerThread), 1, 1024 / kWarpSize));
+}
+
 int partial_arrays(const Problem& p) {
   return (p.mask.dweight ? 1 : 0) + (p.mask.dbias && !is_rms(p.op) ? 1 : 0);
 }
@@ -368,7 +374,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
       out.single_launch = t.fused_single_launch;
       out.partial_rows = out.row.blocks;
       out.columns.block_x = kWarpSize;
-      out.columns.reduce_block_y = out.row.block_threads() / kWarpSize;
+      out.columns.reduce_block_y = reduce_block_y(out.partial_rows);
       out.columns.col_blocks = ceil_div(std::max<std::int64_t>(p.cols, 1), kWarpSize);
     }
     out.workspace_bytes = partial_bytes(out.partial_rows, p);
@@ -393,6 +399,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
       break;
     case Strategy::TwoPass:
       out.columns = two_pass_shape(p, device, t);
+      out.columns.reduce_block_y = reduce_block_y(out.columns.row_parts);
       out.partial_rows = out.columns.row_parts;
       out.workspace_bytes = partial_bytes(out.partial_rows, p);
       break;

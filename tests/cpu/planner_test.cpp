@@ -306,6 +306,22 @@ TEST(Planner, TwoPassWorkspaceIsSizedFromNNotTheWeightShape) {
   EXPECT_LT((both.columns.row_parts - 1) * both.columns.rows_per_part, 100000);
 }
 
+TEST(Planner, PartialReduceCoversThePartialsInOneBatchOfLoads) {
+  // Thread rows of the partial reduce: ceil(partial rows / kReduceRowsPerThread), 1..32, for the
+  // fused grid's partials and for two-pass's row slices alike.
+  const Plan fused = normkit::plan(backward(8192, 768, DType::BF16), DeviceFacts::h200(), Strategy::Fused);
+  ASSERT_EQ(fused.partial_rows, 132);
+  EXPECT_EQ(fused.columns.reduce_block_y, 17);  // 132 rows: 17 thread rows of at most 8
+  EXPECT_GE(std::int64_t(fused.columns.reduce_block_y) * kReduceRowsPerThread, fused.partial_rows);
+  const Plan few = normkit::plan(backward(1024, 768, DType::F16), DeviceFacts::h200(), Strategy::TwoPass);
+  EXPECT_EQ(few.columns.reduce_block_y, int((few.partial_rows + kReduceRowsPerThread - 1) / kReduceRowsPerThread));
+  const Plan tall = normkit::plan(backward(131072, 64, DType::F16), DeviceFacts::h200(), Strategy::TwoPass);
+  ASSERT_GT(tall.partial_rows, 32 * kReduceRowsPerThread);  // more than one batch: the block is capped
+  EXPECT_EQ(tall.columns.reduce_block_y, 1024 / kWarpSize);
+  const Plan one = normkit::plan(backward(2, 768, DType::F16), DeviceFacts::h200(), Strategy::TwoPass);
+  EXPECT_EQ(one.columns.reduce_block_y, 1);
+}
+
 TEST(Planner, RmsNeverHasDbiasPartials) {
   const Plan plan = normkit::plan(backward(4096, 1024, DType::F16, {true, true, true}, true), DeviceFacts::h200(),
                                   Strategy::TwoPass);
