@@ -102,6 +102,9 @@ struct Plan {
   std::int64_t partial_rows = 0;  ///< rows of fp32 partials [partial_rows, N] (two-pass, fused)
   int partial_arrays = 0;         ///< 2 for LayerNorm dweight+dbias, 1 otherwise
   bool single_launch = false;     ///< fused: final reduce after a grid-wide sync in the same (cooperative) launch
+  /// tiled with dX: one launch of row.blocks dX blocks followed by columns.col_blocks column strips,
+  /// all of columns.block_x * columns.block_y threads (PlannerTable::one_launch_max_elements)
+  bool one_launch = false;
   /// fused: the grid is one thread-block cluster of this many blocks, which sum their block
   /// partials through distributed shared memory and write dgamma/dbeta themselves (one launch, no
   /// workspace); 0 = not a cluster
@@ -183,6 +186,13 @@ struct PlannerTable {
   std::int64_t fused_cluster_max_elements = 0;
   std::int64_t fused_cluster_max_cols = 512;
   int fused_cluster_max_blocks = 8;
+  /// Tiled gamma/beta with dX on problems of at most this many elements (M x N) runs both as the
+  /// blocks of one launch (Plan::one_launch, dx_and_tiled_kernel): the dX rows laid out over the
+  /// tiled block (32 x block_y threads, at most kOneLaunchMaxThreads), on 16-byte vectorised rows,
+  /// scalar column strips, dX items of at most 2. The second launch was ~0.7 us of the small full
+  /// backward (32 x 512: dX + tiled 2.61 us, tiled alone 1.94, dX-like forward 1.85; 877b21c).
+  /// 0 = two launches.
+  std::int64_t one_launch_max_elements = 1 << 18;
   /// Launch a backward's second kernel programmatically (DeviceFacts::programmatic_launch): it hides
   /// that launch's latency and lets gamma/beta run beside dX. Seed suite, full backward, graph
   /// (0b45745 vs cd78ebb): dX + tiled at 32 x 512 5.20 -> 3.47 us, 96 x 768 6.00 -> 4.38 us, 192 x
@@ -291,6 +301,10 @@ constexpr int row_kernel_min_blocks(int items) {
 constexpr int kMaxFusedItems = 2;
 constexpr int kFusedBlockThreads = 512;
 constexpr int kFusedBlocksPerSm = 1;
+/// dx_and_tiled_kernel (Plan::one_launch): its block size at most, the largest tiled band it takes
+/// (Tile-64 and Tile-128 blocks are 32 x 16), and the register budget of 2-item dX rows.
+constexpr int kOneLaunchMaxThreads = 512;
+constexpr int kOneLaunchMaxItems = 2;
 /// The partial reduce (two-pass pass 2, fused final step) has a thread sum up to this many partial
 /// rows per batch of loads in flight; the planner gives it enough thread rows (ColumnShape::
 /// reduce_block_y, at most 1024 / kWarpSize) that one batch covers the partials where it can.

@@ -19,28 +19,7 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
   const std::int64_t first = walk.unit * p.rows_per_block;
 
   if constexpr (ITEMS > 0) {
-    // A lane owns the same columns in every row: small fragments of staged walks keep their weights
-    // in registers for the whole walk; the others load them with each row (keep_weights).
-    constexpr bool kKeepWeights = keep_weights<W, ITEMS, VEC, kStaged>();
-    const W* weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
-    WeightFragment<W, ITEMS, VEC> w;
-    if constexpr (kKeepWeights) w.load(weight, g, walk.cols, 1.f);
-    __shared__ float cluster_slots[2 * 2];
-    ClusterSum<2> cluster(cluster_slots, p.split);
-    walk_backward_rows<kStaged, kRms, ITEMS, VEC>(
-        p, g, walk, [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv,
-                        const RowFragment<T, ITEMS, VEC>& dyv, float mean, float rstd) {
-          if constexpr (!kKeepWeights) w.load(weight, g, walk.cols, 1.f);
-          RowGrad<ITEMS, VEC> row;
-          row.compute(xv, dyv, w, mean, rstd);
-          float sums[2];
-          row.sums(sums[0], sums[1]);
-          row_group_sum(sums, g.threads, scratch);
-          if constexpr (kSplit) cluster.sum(sums);
-          row.template store_dx<kRms>(p.dx.row(active ? r : 0) + walk.col0, rstd, sums[0], sums[1], g, p.inv_cols, walk.cols,
-                                      active);
-        });
-    if constexpr (kSplit) cluster.finish();
+    dx_cached_rows<kStaged, kSplit, kRms, ITEMS, VEC>(p, g, walk, scratch);
   } else {
     // Streaming: pass 1 row sums, pass 2 dx (the second read of x and dy mostly hits L2).
     static_assert(!kSplit, "split rows are register-cached");

@@ -148,4 +148,34 @@ __device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p
   }
 }
 
+/// dX of this block's rows with x and dy cached in registers (ITEMS > 0): the dX kernel's body, and
+/// the dX blocks of dx_and_tiled_kernel (one launch with the tiled gamma/beta). A lane owns the same
+/// columns in every row: small fragments of staged walks keep their weights in registers for the
+/// whole walk; the others load them with each row (keep_weights). kSplit: this block holds
+/// walk.cols columns from walk.col0 of its cluster's rows.
+template <bool kStaged, bool kSplit, bool kRms, int ITEMS, int VEC, typename T, typename W>
+__device__ __forceinline__ void dx_cached_rows(const BackwardParams<T, W>& p, const RowGroup& g, const RowWalk& walk,
+                                               GroupScratch& scratch) {
+  constexpr bool kKeepWeights = keep_weights<W, ITEMS, VEC, kStaged>();
+  const W* weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
+  WeightFragment<W, ITEMS, VEC> w;
+  if constexpr (kKeepWeights) w.load(weight, g, walk.cols, 1.f);
+  __shared__ float cluster_slots[2 * 2];
+  ClusterSum<2> cluster(cluster_slots, p.split);
+  walk_backward_rows<kStaged, kRms, ITEMS, VEC>(
+      p, g, walk, [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv,
+                      const RowFragment<T, ITEMS, VEC>& dyv, float mean, float rstd) {
+        if constexpr (!kKeepWeights) w.load(weight, g, walk.cols, 1.f);
+        RowGrad<ITEMS, VEC> row;
+        row.compute(xv, dyv, w, mean, rstd);
+        float sums[2];
+        row.sums(sums[0], sums[1]);
+        row_group_sum(sums, g.threads, scratch);
+        if constexpr (kSplit) cluster.sum(sums);
+        row.template store_dx<kRms>(p.dx.row(active ? r : 0) + walk.col0, rstd, sums[0], sums[1], g, p.inv_cols, walk.cols,
+                                    active);
+      });
+  if constexpr (kSplit) cluster.finish();
+}
+
 }  // namespace normkit::cuda

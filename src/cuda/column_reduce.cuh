@@ -57,11 +57,12 @@ __device__ __forceinline__ void accumulate_columns(const BackwardParams<T, W>& p
 /// a single thread row summing all VEC columns serially was slower than the simple kernel at M = 7
 /// (sweep at aa03ba5). Each sum adds the thread rows in order y = 0, 1, ... (same bits every run),
 /// its shared-memory loads unrolled so that they are in flight together. `smem` holds 2 * VEC *
-/// blockDim.x * blockDim.y floats; every thread of the block must call it.
+/// bx * by floats; every thread of the block must call it. The block is bx lanes x by
+/// thread rows, this thread (tx, ty) (a 2-D block, or a 1-D one laid out so: dx_and_tiled_kernel).
 template <int VEC, typename Emit>
 __device__ __forceinline__ void sum_over_thread_rows(const float (&dgamma)[VEC], const float (&dbeta)[VEC], bool want_dgamma,
-                                                     bool want_dbeta, float* smem, Emit&& emit) {
-  const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
+                                                     bool want_dbeta, float* smem, int tx, int ty, int bx, int by,
+                                                     Emit&& emit) {
   const int plane = VEC * bx * by, slots = bx * VEC;
   __syncthreads();  // smem may still be read by a previous call
 #pragma unroll

@@ -114,6 +114,10 @@ void cuda_backward(const BackwardProblem& p, const Plan& plan, void* workspace, 
       else cuda::launch_backward_dx<T, W>(p, plan, stream);  // no partials to keep: plain dX
       return;
     }
+    if (plan.one_launch) {  // dX and the tiled strips in one grid
+      cuda::launch_dx_and_tiled<T, W>(p, plan, stream);
+      return;
+    }
     cuda::launch_backward_dx<T, W>(p, plan, stream);
     if (!plan.mask.any_gamma_beta()) return;
     // gamma/beta next to dX (both only read x and dy); launched normally when it is the call's first kernel

@@ -1,24 +1,54 @@
 // Strategy "tiled" (the seed's): one block per column strip (32 lanes of vec columns each) walks all
 // M rows with block_y thread rows, rows_per_thread of them unrolled per step (the band:
 // Tile-8/64/128/256 chosen by M in the planner), then reduces its thread rows in shared memory and
-// writes the result directly.
+// writes the result directly. Small problems with dX (Plan::one_launch) run the dX rows and the
+// column strips as the blocks of one launch (dx_and_tiled_kernel): the two only read x and dy, so
+// they need no order, and the second launch was ~0.7 us of a ~2.6 us call at 32 x 512.
 #include "cuda/column_reduce.cuh"
 
 namespace normkit::cuda {
 namespace {
 
+/// One column strip of the tiled strategy (strip index `strip_index`), summed over all M rows by a
+/// block of 32 x by threads, this thread (tx, ty): writes dgamma / dbeta of the strip's columns.
+template <typename T, typename W, bool kRms, int RPT, int VEC>
+__device__ __forceinline__ void tiled_strip(const BackwardParams<T, W>& p, int strip_index, int tx, int ty, int by,
+                                            float* smem) {
+  const int strip = strip_index * kWarpSize * VEC;
+  const int col = strip + tx * VEC;
+  float dgamma[VEC], dbeta[VEC];
+  accumulate_columns<T, W, kRms, RPT, VEC>(p, col, 0, p.rows, ty, by, dgamma, dbeta);
+  sum_over_thread_rows<VEC>(dgamma, dbeta, p.dweight != nullptr, p.dbias != nullptr, smem, tx, ty, kWarpSize, by,
+                            [&](int which, int c, float total) {
+                              if (strip + c < p.cols) (which == 0 ? p.dweight : p.dbias)[strip + c] = from_float<W>(total);
+                            });
+}
+
 template <typename T, typename W, bool kRms, int RPT, int VEC>
 __global__ void __launch_bounds__(1024) gamma_beta_tiled_kernel(const BackwardParams<T, W> p) {
   extern __shared__ float smem[];  // 2 * VEC * blockDim.x * blockDim.y
   allow_dependent_launch();
-  const int strip = int(blockIdx.x) * int(blockDim.x) * VEC;
-  const int col = strip + int(threadIdx.x) * VEC;
-  float dgamma[VEC], dbeta[VEC];
-  accumulate_columns<T, W, kRms, RPT, VEC>(p, col, 0, p.rows, int(threadIdx.y), int(blockDim.y), dgamma, dbeta);
-  sum_over_thread_rows<VEC>(dgamma, dbeta, p.dweight != nullptr, p.dbias != nullptr, smem, [&](int which, int c, float total) {
-    if (strip + c < p.cols) (which == 0 ? p.dweight : p.dbias)[strip + c] = from_float<W>(total);
-  });
+  tiled_strip<T, W, kRms, RPT, VEC>(p, int(blockIdx.x), int(threadIdx.x), int(threadIdx.y), int(blockDim.y), smem);
   wait_for_previous_kernel();  // launched next to dX: complete only after it (see common.cuh)
+}
+
+/// Plan::one_launch: blocks [0, dx_blocks) compute dX (the dX kernel's unstaged register-cached
+/// rows, RowShape plan.row laid out over this block size), the rest are the tiled column strips
+/// (scalar strips, RPT rows per thread) in 1-D blocks of 32 x by threads. Same math and order as
+/// the two launches: the same bits.
+template <typename T, typename W, bool kRms, int ITEMS, int VEC, int RPT>
+__global__ void __launch_bounds__(kOneLaunchMaxThreads) dx_and_tiled_kernel(const BackwardParams<T, W> p, int dx_blocks) {
+  extern __shared__ float smem[];  // the strips' 2 * blockDim.x floats
+  if (int(blockIdx.x) < dx_blocks) {
+    __shared__ float scratch_buffers[GroupScratch::kFloats];
+    GroupScratch scratch(scratch_buffers);
+    const RowWalk walk{std::int64_t(blockIdx.x), std::int64_t(dx_blocks), 0, 0, p.cols};
+    dx_cached_rows<false, false, kRms, ITEMS, VEC>(p, RowGroup::of_this_thread(p.threads_per_row), walk, scratch);
+    return;
+  }
+  const int tid = int(threadIdx.x);
+  tiled_strip<T, W, kRms, RPT, 1>(p, int(blockIdx.x) - dx_blocks, tid % kWarpSize, tid / kWarpSize,
+                                  int(blockDim.x) / kWarpSize, smem);
 }
 
 }  // namespace
@@ -59,8 +89,46 @@ void launch_gamma_beta_tiled(const BackwardProblem& p, const Plan& plan, bool pr
   check_launch("gamma_beta_tiled_kernel");
 }
 
-#define NORMKIT_INSTANTIATE(T, W) \
-  template void launch_gamma_beta_tiled<T, W>(const BackwardProblem&, const Plan&, bool, cudaStream_t);
+template <typename T, typename W>
+void launch_dx_and_tiled(const BackwardProblem& p, const Plan& plan, cudaStream_t stream) {
+  const BackwardParams<T, W> params = make_backward_params<T, W>(p, plan);
+  const ColumnShape& c = plan.columns;
+  const unsigned threads = unsigned(c.block_x * c.block_y);
+  const dim3 grid(unsigned(plan.row.blocks + c.col_blocks));
+  const std::size_t smem = column_block_smem(c);
+  constexpr int kVec = int(16 / sizeof(T));
+  const auto fail = [&] {
+    throw CudaError("normkit: internal error: dx_and_tiled_kernel has no instance for items = " +
+                    std::to_string(plan.row.items) + ", vec = " + std::to_string(plan.row.vec) +
+                    ", rows_per_thread = " + std::to_string(c.rows_per_thread) + ", column vec = " + std::to_string(c.vec));
+  };
+  // The planner's one-launch rule (planner.cpp, one_launch_shape) plans only these instances.
+  if (plan.row.vec != kVec || c.vec != 1 || plan.row.stages != 0 || plan.row.split > 1) fail();
+  auto launch = [&](auto items, auto rpt) {
+    void (*kernel)(BackwardParams<T, W>, int) = p.rms ? dx_and_tiled_kernel<T, W, true, items(), kVec, rpt()>
+                                                      : dx_and_tiled_kernel<T, W, false, items(), kVec, rpt()>;
+    launch_kernel(kernel, grid, dim3(threads), smem, stream, LaunchMode{false}, "dx_and_tiled_kernel launch", params,
+                  int(plan.row.blocks));
+  };
+  auto with_items = [&](auto items) {
+    switch (c.rows_per_thread) {
+      case 1: launch(items, IntConst<1>{}); break;
+      case 4: launch(items, IntConst<4>{}); break;
+      case 8: launch(items, IntConst<8>{}); break;
+      default: fail();
+    }
+  };
+  switch (plan.row.items) {
+    case 1: with_items(IntConst<1>{}); break;
+    case 2: with_items(IntConst<2>{}); break;
+    default: fail();
+  }
+  check_launch("dx_and_tiled_kernel");
+}
+
+#define NORMKIT_INSTANTIATE(T, W)                                                                          \
+  template void launch_gamma_beta_tiled<T, W>(const BackwardProblem&, const Plan&, bool, cudaStream_t); \
+  template void launch_dx_and_tiled<T, W>(const BackwardProblem&, const Plan&, cudaStream_t);
 NORMKIT_FOR_EACH_TYPE_PAIR(NORMKIT_INSTANTIATE)
 #undef NORMKIT_INSTANTIATE
 

@@ -26,6 +26,9 @@ template <typename T, typename W>
 void launch_gamma_beta_simple(const BackwardProblem& p, const Plan& plan, bool programmatic, cudaStream_t stream);
 template <typename T, typename W>
 void launch_gamma_beta_tiled(const BackwardProblem& p, const Plan& plan, bool programmatic, cudaStream_t stream);
+/// gamma_beta_tiled.cu: dX and tiled gamma/beta as the blocks of one launch (Plan::one_launch).
+template <typename T, typename W>
+void launch_dx_and_tiled(const BackwardProblem& p, const Plan& plan, cudaStream_t stream);
 template <typename T, typename W>
 void launch_gamma_beta_two_pass(const BackwardProblem& p, const Plan& plan, float* partials, bool programmatic,
                                 cudaStream_t stream);

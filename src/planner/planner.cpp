@@ -268,6 +268,24 @@ int fused_cluster_blocks(const Problem& p, const DeviceFacts& device, const Plan
   return blocks >= 2 ? int(blocks) : 0;  // one block writes dgamma/dbeta directly anyway
 }
 
+/// Plan::one_launch for a tiled plan with dX (PlannerTable::one_launch_max_elements): the dX rows
+/// are laid out over the tiled block (rows_per_block x threads_per_row = its threads), aiming at
+/// small_grid_items_target vectors per thread; only the instances dx_and_tiled_kernel has (16-byte
+/// vectorised rows of at most kOneLaunchMaxItems items, scalar column strips, at most
+/// kOneLaunchMaxThreads threads within the dX rows' register budget). Leaves the plan alone
+/// otherwise.
+void one_launch_shape(Plan& out, const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+  const int threads = out.columns.block_x * out.columns.block_y;
+  if (!p.mask.dx || !p.mask.any_gamma_beta() || p.rows * p.cols > t.one_launch_max_elements ||
+      vector_width(p) == 1 || out.columns.vec != 1 || threads > kOneLaunchMaxThreads)
+    return;
+  const RowShape rows = row_shape(p, device, t, kOneLaunchMaxItems, threads, threads, t.small_grid_items_target);
+  if (rows.items == 0 || rows.threads_per_row * rows.rows_per_block != threads || threads > max_row_threads(rows.items))
+    return;
+  out.row = rows;
+  out.one_launch = true;
+}
+
 Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   // With dX, fused saves the unfused second read of x and dy; without it, only launches. Small
   // problems with dX take it where it is one cluster launch (fused_cluster_max_elements / _cols); a
@@ -396,6 +414,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
       break;
     case Strategy::Tiled:
       out.columns = tiled_shape(p, t);
+      one_launch_shape(out, p, device, t);
       break;
     case Strategy::TwoPass:
       out.columns = two_pass_shape(p, device, t);
@@ -417,7 +436,7 @@ std::string Plan::describe() const {
     os << "dx_only";
   } else {
     os << strategy_name(strategy);
-    if (strategy == Strategy::Tiled) os << " " << band_name(columns.band);
+    if (strategy == Strategy::Tiled) os << " " << band_name(columns.band) << (one_launch ? " one-launch" : "");
     if (strategy == Strategy::TwoPass) os << " parts=" << columns.row_parts;
     if ((strategy == Strategy::Tiled || strategy == Strategy::TwoPass) && columns.vec > 1) os << " cols=vec" << columns.vec;
     if (strategy == Strategy::Fused) os << " blocks=" << row.blocks << (cluster_blocks > 0 ? " cluster" : "");
@@ -506,6 +525,7 @@ const TableKey kTableKeys[] = {
     key<&Table::fused_cluster_max_elements>("fused_cluster_max_elements"),
     key<&Table::fused_cluster_max_cols>("fused_cluster_max_cols"),
     key<&Table::fused_cluster_max_blocks>("fused_cluster_max_blocks", portable_cluster_check),
+    key<&Table::one_launch_max_elements>("one_launch_max_elements"),
     key<&Table::programmatic_launch>("programmatic_launch"),
     key<&Table::column_vec_min_cols>("column_vec_min_cols"),
     key<&Table::column_vec_two_pass_min_rows>("column_vec_two_pass_min_rows"),

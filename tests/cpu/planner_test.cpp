@@ -491,7 +491,8 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   const Expected cases[] = {
       // 32 x 512: the 4-item layout made 2 blocks of 16 rows; now 2 items, 2 rows per block of 64 threads
       {"small grid, forward", forward(32, 512, false), Strategy::Auto, 2, 32, 64},
-      {"small grid, dX", backward(32, 512, DType::F16, {true, true, true}), Strategy::Tiled, 2, 32, 64},
+      // (two-pass: a tiled plan this small runs dX in the tiled launch, OneLaunch below)
+      {"small grid, dX", backward(32, 512, DType::F16, {true, true, true}), Strategy::TwoPass, 2, 32, 64},
       // a grid already as large as small_grid_blocks keeps the 4-item layout
       {"large enough grid", forward(1024, 768, false), Strategy::Auto, 4, 32, 256},
       // rows of 8 vectors (64 16-bit columns): 2 items forward, 1 item fused
@@ -537,6 +538,52 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   EXPECT_EQ(plan(forward(131072, 64, true), h200, Strategy::Auto, off).row.items, 4);
   EXPECT_EQ(plan(forward(16384, 8192, true), h200, Strategy::Auto, off).row.items, 4);
   EXPECT_EQ(plan(backward(131072, 64, DType::F16, {true, true, true}), h200, Strategy::Fused, off).row.items, 2);
+}
+
+// Plan::one_launch: small tiled plans with dX run dX and the strips as one grid, the dX rows laid
+// out over the tiled block; everything else keeps two launches.
+TEST(Planner, OneLaunchForSmallTiledPlansWithDx) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  const Mask full{true, true, true};
+  struct Expected {
+    std::int64_t m, n;
+    DType t;
+    TileBand band;
+    int items, threads_per_row, blocks;
+  };
+  // the seed's three small cases: Tile-8 (32 x 8 threads), Tile-64 and Tile-128 (32 x 16)
+  for (const Expected& e : {Expected{32, 512, DType::F16, TileBand::Tile8, 2, 32, 4},
+                            Expected{96, 768, DType::F16, TileBand::Tile64, 2, 64, 12},
+                            Expected{192, 1024, DType::BF16, TileBand::Tile128, 2, 64, 24}}) {
+    const Plan pl = plan(backward(e.m, e.n, e.t, full), h200);
+    SCOPED_TRACE(pl.describe());
+    EXPECT_EQ(pl.strategy, Strategy::Tiled);
+    EXPECT_EQ(pl.columns.band, e.band);
+    ASSERT_TRUE(pl.one_launch);
+    EXPECT_EQ(pl.row.items, e.items);
+    EXPECT_EQ(pl.row.threads_per_row, e.threads_per_row);
+    EXPECT_EQ(pl.row.threads_per_row * pl.row.rows_per_block, pl.columns.block_x * pl.columns.block_y);
+    EXPECT_EQ(pl.row.blocks, e.blocks);
+    EXPECT_EQ(pl.row.stages, 0);
+    EXPECT_NE(pl.describe().find("one-launch"), std::string::npos);
+  }
+  // not without dX, nor without gamma/beta, nor past the size, nor on unaligned rows or fp32 rows
+  // that need 4 items, nor when the table says 0
+  EXPECT_FALSE(plan(backward(32, 512, DType::F16, {false, true, true}), h200).one_launch);
+  EXPECT_FALSE(plan(backward(32, 512, DType::F16, {true, false, false}), h200, Strategy::Tiled).one_launch);
+  EXPECT_FALSE(plan(backward(32, 512, DType::F16, full), h200, Strategy::TwoPass).one_launch);
+  const PlannerTable t;
+  EXPECT_TRUE(plan(backward(t.one_launch_max_elements / 4096, 4096, DType::F16, full), h200, Strategy::Tiled).one_launch);
+  EXPECT_FALSE(plan(backward(t.one_launch_max_elements / 4096 + 1, 4096, DType::F16, full), h200, Strategy::Tiled).one_launch);
+  EXPECT_FALSE(plan(backward(256, 512, DType::F16, full), h200, Strategy::Tiled).one_launch);  // Tile-256: 1024 threads
+  Problem unaligned = backward(32, 511, DType::F16, full);
+  EXPECT_FALSE(plan(unaligned, h200).one_launch);
+  EXPECT_FALSE(plan(backward(8, 8192, DType::F16, full), h200, Strategy::Tiled).one_launch);  // 8 items a thread at 256 threads
+  PlannerTable off;
+  off.one_launch_max_elements = 0;
+  const Plan two = plan(backward(32, 512, DType::F16, full), h200, Strategy::Auto, off);
+  EXPECT_FALSE(two.one_launch);
+  EXPECT_EQ(two.row.block_threads(), 64);  // the small-grid dX layout again
 }
 
 // Row staging (RowShape::stages): every row-cached kernel of 16-byte vectors is staged, within the

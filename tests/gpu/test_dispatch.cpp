@@ -282,3 +282,62 @@ INSTANTIATE_TEST_SUITE_P(Dispatch, FusedGridSync,
 
 }  // namespace
 }  // namespace normkit::gputest
+
+namespace normkit::gputest {
+namespace {
+
+// ---- dX and tiled gamma/beta as one launch (Plan::one_launch, PlannerTable::one_launch_max_elements) ----
+
+class OneLaunch : public testing::TestWithParam<Spec> {};
+
+Spec with_weight_dtype(Spec s, DType w) {
+  s.wdtype = w;
+  return s;
+}
+Spec padded(Spec s, std::int64_t pad) {
+  s.pad_x = s.pad_dy = s.pad_out = pad;
+  return s;
+}
+
+TEST_P(OneLaunch, MatchesReferenceAndTheTwoLaunchesGammaBetaBitForBit) {
+  const Spec& spec = GetParam();
+  PlannerTable two_launches;
+  two_launches.one_launch_max_elements = 0;
+  const auto hc = make_host_case(spec);
+  const DeviceCase dc = upload_case(*hc, test_stream());
+  const RefBackward ref = reference_backward(*hc);
+  for (Mask mask : {spec.full_mask(), Mask{true, true, false}, Mask{true, false, !spec.rms}}) {
+    if (!mask.any_gamma_beta()) continue;  // RMSNorm has no dbias
+    SCOPED_TRACE(mask_id(mask));
+    const BackwardOut one = gpu_backward(*hc, dc, mask, Strategy::Tiled, test_stream());
+    ASSERT_TRUE(one.ran) << one.why_not;
+    ASSERT_TRUE(one.plan.one_launch) << "expected one launch: " << one.plan.describe();
+    expect_backward_matches(*hc, one, ref);
+    // The column strips are the same in both plans: dgamma / dbeta keep their bits. dX is laid out
+    // over the tiled block in one launch (the row sums may add in another order), so it is held to
+    // the reference above.
+    const BackwardOut two = gpu_backward(*hc, dc, mask, Strategy::Tiled, test_stream(), WsMode::Explicit, &two_launches);
+    ASSERT_FALSE(two.plan.one_launch) << two.plan.describe();
+    EXPECT_TRUE(one.dweight.bytes == two.dweight.bytes) << "dweight: one launch vs dX + tiled";
+    EXPECT_TRUE(one.dbias.bytes == two.dbias.bytes) << "dbias: one launch vs dX + tiled";
+    if (one.plan.row.threads_per_row == two.plan.row.threads_per_row && one.plan.row.items == two.plan.row.items)
+      EXPECT_TRUE(one.dx.bytes == two.dx.bytes) << "dx: the same row layout in both plans";
+    for (int run = 1; run < 5 && !HasFailure(); ++run)
+      expect_same_bits(one, gpu_backward(*hc, dc, mask, Strategy::Tiled, test_stream()), "run " + std::to_string(run));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dispatch, OneLaunch,
+                         testing::Values(ln_spec("onelaunch_ln_M32_N512_f16", 32, 512, DT::F16),
+                                         ln_spec("onelaunch_ln_M96_N768_f16", 96, 768, DT::F16),
+                                         ln_spec("onelaunch_ln_M192_N1024_bf16", 192, 1024, DT::BF16),
+                                         rms_spec("onelaunch_rms_M77_N1000_bf16", 77, 1000, DT::BF16),
+                                         ln_spec("onelaunch_ln_M1_N64_f32", 1, 64, DT::F32),
+                                         ln_spec("onelaunch_ln_M120_N2048_f32", 120, 2048, DT::F32),
+                                         with_weight_dtype(ln_spec("onelaunch_ln_M9_N4096_bf16_w32", 9, 4096, DT::BF16),
+                                                           DT::F32),
+                                         padded(rms_spec("onelaunch_rms_M63_N256_f16_padded", 63, 256, DT::F16), 8)),
+                         spec_name);
+
+}  // namespace
+}  // namespace normkit::gputest
