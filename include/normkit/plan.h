@@ -193,6 +193,12 @@ struct PlannerTable {
   /// backward (32 x 512: dX + tiled 2.61 us, tiled alone 1.94, dX-like forward 1.85; 877b21c).
   /// 0 = two launches.
   std::int64_t one_launch_max_elements = 1 << 18;
+  /// Thread rows of the partial reduce (two-pass pass 2, fused final step): enough that a thread
+  /// sums at most kReduceRowsPerThread partial rows, and at least this many. Probe at 65c23e7+ (fp16,
+  /// graph, 1 / 4 / 8 / 16): two-pass gamma/beta 1024 x 768 (16 partial rows) 7.31 / 5.33 / 6.14 /
+  /// 6.26 us (5.83 before 65c23e7), its full backward 7.48 / 7.80 / 8.46 / 8.82; taller partials
+  /// (64..264 rows) within 1 % from 1 to 8; 16 cost RMSNorm 4096 x 1024 gamma/beta 8.4 -> 9.5 us.
+  int reduce_min_block_y = 4;
   /// Launch a backward's second kernel programmatically (DeviceFacts::programmatic_launch): it hides
   /// that launch's latency and lets gamma/beta run beside dX. Seed suite, full backward, graph
   /// (0b45745 vs cd78ebb): dX + tiled at 32 x 512 5.20 -> 3.47 us, 96 x 768 6.00 -> 4.38 us, 192 x

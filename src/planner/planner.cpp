@@ -237,9 +237,11 @@ ColumnShape two_pass_shape(const Problem& p, const DeviceFacts& device, const Pl
 }
 
 /// Thread rows of the partial reduce: one batch of kReduceRowsPerThread loads per thread covers
-/// `partial_rows` (up to 32 x 8 = 256 of them; taller partials take more batches).
-int reduce_block_y(std::int64_t partial_rows) {
-  return int(std::clamp<std::int64_t>(ceil_div(partial_rows, kReduceRowsPerThread), 1, 1024 / kWarpSize));
+/// `partial_rows` (up to 32 x 8 = 256 of them; taller partials take more batches), and at least
+/// PlannerTable::reduce_min_block_y.
+int reduce_block_y(std::int64_t partial_rows, const PlannerTable& t) {
+  const std::int64_t rows = std::max<std::int64_t>(ceil_div(partial_rows, kReduceRowsPerThread), t.reduce_min_block_y);
+  return int(std::clamp<std::int64_t>(rows, 1, 1024 / kWarpSize));
 }
 
 int partial_arrays(const Problem& p) {
@@ -392,7 +394,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
       out.single_launch = t.fused_single_launch;
       out.partial_rows = out.row.blocks;
       out.columns.block_x = kWarpSize;
-      out.columns.reduce_block_y = reduce_block_y(out.partial_rows);
+      out.columns.reduce_block_y = reduce_block_y(out.partial_rows, t);
       out.columns.col_blocks = ceil_div(std::max<std::int64_t>(p.cols, 1), kWarpSize);
     }
     out.workspace_bytes = partial_bytes(out.partial_rows, p);
@@ -418,7 +420,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
       break;
     case Strategy::TwoPass:
       out.columns = two_pass_shape(p, device, t);
-      out.columns.reduce_block_y = reduce_block_y(out.columns.row_parts);
+      out.columns.reduce_block_y = reduce_block_y(out.columns.row_parts, t);
       out.partial_rows = out.columns.row_parts;
       out.workspace_bytes = partial_bytes(out.partial_rows, p);
       break;
@@ -526,6 +528,9 @@ const TableKey kTableKeys[] = {
     key<&Table::fused_cluster_max_cols>("fused_cluster_max_cols"),
     key<&Table::fused_cluster_max_blocks>("fused_cluster_max_blocks", portable_cluster_check),
     key<&Table::one_launch_max_elements>("one_launch_max_elements"),
+    key<&Table::reduce_min_block_y>("reduce_min_block_y", [](long long v) {
+      return v > 1024 / kWarpSize ? "must be at most " + std::to_string(1024 / kWarpSize) : std::string();
+    }),
     key<&Table::programmatic_launch>("programmatic_launch"),
     key<&Table::column_vec_min_cols>("column_vec_min_cols"),
     key<&Table::column_vec_two_pass_min_rows>("column_vec_two_pass_min_rows"),

@@ -313,12 +313,20 @@ TEST(Planner, PartialReduceCoversThePartialsInOneBatchOfLoads) {
   ASSERT_EQ(fused.partial_rows, 132);
   EXPECT_EQ(fused.columns.reduce_block_y, 17);  // 132 rows: 17 thread rows of at most 8
   EXPECT_GE(std::int64_t(fused.columns.reduce_block_y) * kReduceRowsPerThread, fused.partial_rows);
+  // ... and never fewer than the table's reduce_min_block_y
+  const PlannerTable t;
   const Plan few = normkit::plan(backward(1024, 768, DType::F16), DeviceFacts::h200(), Strategy::TwoPass);
-  EXPECT_EQ(few.columns.reduce_block_y, int((few.partial_rows + kReduceRowsPerThread - 1) / kReduceRowsPerThread));
+  ASSERT_EQ(few.partial_rows, 16);
+  EXPECT_EQ(few.columns.reduce_block_y, std::max(2, t.reduce_min_block_y));
+  PlannerTable one_row;
+  one_row.reduce_min_block_y = 1;
+  EXPECT_EQ(normkit::plan(backward(1024, 768, DType::F16), DeviceFacts::h200(), Strategy::TwoPass, one_row)
+                .columns.reduce_block_y,
+            2);
   const Plan tall = normkit::plan(backward(131072, 64, DType::F16), DeviceFacts::h200(), Strategy::TwoPass);
   ASSERT_GT(tall.partial_rows, 32 * kReduceRowsPerThread);  // more than one batch: the block is capped
   EXPECT_EQ(tall.columns.reduce_block_y, 1024 / kWarpSize);
-  const Plan one = normkit::plan(backward(2, 768, DType::F16), DeviceFacts::h200(), Strategy::TwoPass);
+  const Plan one = normkit::plan(backward(2, 768, DType::F16), DeviceFacts::h200(), Strategy::TwoPass, one_row);
   EXPECT_EQ(one.columns.reduce_block_y, 1);
 }
 
