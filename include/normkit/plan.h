@@ -164,13 +164,21 @@ struct PlannerTable {
   /// two-pass at N = 1 and 64 from M = 16384; with programmatic launch from M = 8192, same sweep).
   std::int64_t fused_min_rows = 8192;
   /// Without dX (gamma/beta only) the unfused strategies read x and dy once too, so fused is chosen
-  /// by rows alone, from this many on (3adcbae, graph replay): the vectorised two-pass beat fused
-  /// 1.03-1.28x at M = 1024..4097, N = 768..1024 (bf16 sweep) and 4096 x 1024 (11.7 vs 14.0 us);
-  /// fused won at 8192 x 768 (16.5 vs 19.2 us, seed gpt2_style) and at M >= 16384 (0.50-0.94x).
+  /// from this many rows on, and (vectorised rows) only for rows of at least fused_gb_min_vectors
+  /// 16-byte vectors (short rows: fused_short_row_min_rows). Since the batched partial reduce
+  /// (65c23e7) two-pass beats fused on gamma/beta alone at N = 768 and 1024 at every M of the bf16
+  /// sweep (1.02-1.19x, 4345a27) and at 131072 x 4096 (481 vs 496 us, llm suite); fused still wins at
+  /// 16384 x 8192 (139 vs 149 us). Before (3adcbae): fused from 8192 rows whatever N.
   std::int64_t fused_gb_min_rows = 8192;
+  std::int64_t fused_gb_min_vectors = 1024;
   /// Rows that are not 16-byte vectorised take fused only up to this N (one thread's worth): the
   /// scalar fused path lost 2x to two-pass at N = 255 (M >= 16384) and won 2-5x at N = 1.
   std::int64_t fused_unaligned_max_cols = 32;
+  /// ... and only from this many rows on, with or without dX: at N = 1 (bf16 sweep at 4345a27, after
+  /// the batched partial reduce) fused / two-pass was 1.33 / 1.60 (full backward / gamma/beta) at M
+  /// = 16384 and 0.82 / 0.83 at 65535 (0.60 / 0.63 at 16384 before it, c825604); the crossover,
+  /// interpolated, is near 44K rows.
+  std::int64_t fused_unaligned_min_rows = 49152;
   std::int64_t fused_min_rows_per_block = 2; ///< fewer blocks for small M: less partial traffic
   /// grid-wide sync + final reduce in one cooperative launch (else a second launch). Off: on the H200
   /// the cooperative launch cost ~16 us (docs/NOTES.md, entry 2).
@@ -233,12 +241,12 @@ struct PlannerTable {
   std::int64_t short_row_max_vectors = 8;
   int forward_short_row_items_target = 2;
   int fused_short_row_items_target = 1;
-  /// With one item per thread the fused backward wins on such rows (16-byte vectorised) from fewer
-  /// rows than fused_min_rows / fused_gb_min_rows: bf16 sweep at c825604, N = 64: fused 7.02 vs
-  /// two-pass 7.72 us at M = 4097 (full backward; gamma/beta alone 6.37 vs 7.24, RMSNorm 4.69 vs
-  /// 5.20), two-pass ahead at M = 1024 (4.57 vs 6.08 us). Unvectorised short rows (N = 1) lose at
-  /// 4097 and keep the general thresholds.
-  std::int64_t fused_short_row_min_rows = 4096;
+  /// With one item per thread the fused backward wins on such rows (16-byte vectorised) from this
+  /// many rows, with or without dX. bf16 sweep at 4345a27 (the batched partial reduce made two-pass
+  /// faster), N = 64, fused / two-pass: M = 4097 1.07 (full backward), 1.23 (gamma/beta), 1.09
+  /// (RMSNorm gamma/beta); M = 16384 0.75 / 0.88 / 0.79. It was 4096 from the c825604 sweep (fused
+  /// 7.02 vs two-pass 7.72 us at M = 4097 then). Unvectorised short rows (N = 1) keep their own rule.
+  std::int64_t fused_short_row_min_rows = 16384;
   /// Vectorised RMSNorm forward rows of at least this many vectors that one block covers with one
   /// vector per thread (at most max_threads_per_block vectors) take one vector per thread: a
   /// 1024-thread block per row, 32 warps per SM where the 4-item layout had 16. Same probe: 16384 x

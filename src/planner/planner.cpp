@@ -296,13 +296,23 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const bool small = p.mask.dx && p.mask.any_gamma_beta() &&
                      fused_cluster_blocks(p, device, t, fused_row_shape(p, device, t).rows_per_block) >= 2;
   const std::int64_t row_bytes = p.cols * std::int64_t(dtype_size(p.dtype));
+  const bool vectorised = vector_width(p) > 1;
+  // rows by kind: short vectorised, narrow unvectorised (one thread's worth), the rest
   const bool fused_size =
-      small || (short_vector_rows(p, t) && p.rows >= t.fused_short_row_min_rows) ||
-      (p.mask.dx ? (p.rows >= t.fused_min_rows ||
-                    (p.rows * row_bytes >= t.fused_min_bytes && row_bytes >= t.fused_min_row_bytes))
-                 : p.rows >= t.fused_gb_min_rows);
-  const bool fused_layout = vector_width(p) > 1 || p.cols <= t.fused_unaligned_max_cols;
+      small ||
+      (short_vector_rows(p, t) ? p.rows >= t.fused_short_row_min_rows
+       : !vectorised           ? p.rows >= t.fused_unaligned_min_rows
+       : p.mask.dx ? (p.rows >= t.fused_min_rows ||
+                      (p.rows * row_bytes >= t.fused_min_bytes && row_bytes >= t.fused_min_row_bytes))
+                   : p.rows >= t.fused_gb_min_rows && row_vectors(p) >= t.fused_gb_min_vectors);
+  const bool fused_layout = vectorised || p.cols <= t.fused_unaligned_max_cols;
   if (t.fused_enabled && fused_size && fused_layout && fused_fits(p, nullptr)) return Strategy::Fused;
+  // dX and tiled strips in one launch beat simple (dX + a second launch) on the few rows simple takes
+  // (bf16 sweep at 4345a27, full backward, M = 1: 1.53 vs 1.79 us at N = 64, 1.65 vs 1.85 at 768).
+  Plan tiled;
+  tiled.columns = tiled_shape(p, t);
+  one_launch_shape(tiled, p, device, t);
+  if (tiled.one_launch) return Strategy::Tiled;
   // simple_min_cols was measured against scalar strips (one column per lane); vectorised strips read
   // whole sectors themselves.
   const ColumnShape tiled_strips = column_strips(p, t, false);
@@ -520,7 +530,9 @@ const TableKey kTableKeys[] = {
     key<&Table::fused_min_row_bytes>("fused_min_row_bytes"),
     key<&Table::fused_min_rows>("fused_min_rows"),
     key<&Table::fused_gb_min_rows>("fused_gb_min_rows"),
+    key<&Table::fused_gb_min_vectors>("fused_gb_min_vectors"),
     key<&Table::fused_unaligned_max_cols>("fused_unaligned_max_cols"),
+    key<&Table::fused_unaligned_min_rows>("fused_unaligned_min_rows"),
     key<&Table::simple_min_cols>("simple_min_cols"),
     key_at_least_one<&Table::fused_min_rows_per_block>("fused_min_rows_per_block"),
     key<&Table::fused_single_launch>("fused_single_launch"),

@@ -108,13 +108,17 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
   EXPECT_NE(full(short_m, short_n, DType::F16), Strategy::Fused);  // as many bytes, rows too short
   EXPECT_EQ(full(m / 2, n, DType::F32), Strategy::Fused);       // bytes, not elements
   EXPECT_NE(full(m / 2 - 1, n, DType::F32), Strategy::Fused);
-  // without dX: by rows alone, from fused_gb_min_rows
+  // without dX: from fused_gb_min_rows rows, on rows of at least fused_gb_min_vectors vectors
+  auto gb_only = [](std::int64_t rows, std::int64_t cols) {
+    return normkit::plan(backward(rows, cols, DType::F16, {false, true, true}), DeviceFacts::h200()).strategy;
+  };
+  const std::int64_t long_row = t.fused_gb_min_vectors * 8;  // fp16: 8 columns a vector
   ASSERT_LT(m, t.fused_gb_min_rows);
-  EXPECT_NE(normkit::plan(backward(m, n, DType::F16, {false, true, true}), DeviceFacts::h200()).strategy, Strategy::Fused);
-  EXPECT_EQ(normkit::plan(backward(t.fused_gb_min_rows, n, DType::F16, {false, true, true}), DeviceFacts::h200()).strategy,
-            Strategy::Fused);
-  EXPECT_NE(normkit::plan(backward(t.fused_gb_min_rows - 1, n, DType::F16, {false, true, true}), DeviceFacts::h200()).strategy,
-            Strategy::Fused);
+  EXPECT_NE(gb_only(m, long_row), Strategy::Fused);
+  EXPECT_EQ(gb_only(t.fused_gb_min_rows, long_row), Strategy::Fused);
+  EXPECT_NE(gb_only(t.fused_gb_min_rows - 1, long_row), Strategy::Fused);
+  EXPECT_NE(gb_only(t.fused_gb_min_rows, long_row - 8), Strategy::Fused);  // one vector short
+  EXPECT_NE(gb_only(1 << 20, 768), Strategy::Fused);                        // two-pass at N = 768, any M
 }
 
 TEST(Planner, TiledBandBoundaries) {
@@ -193,13 +197,20 @@ TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
   EXPECT_NE(unaligned(64, t.simple_min_cols / 4), Strategy::Simple);
   EXPECT_NE(strategy(64, t.simple_min_cols), Strategy::Simple);
   EXPECT_NE(strategy(4096, t.simple_min_cols), Strategy::Simple);
-  EXPECT_EQ(strategy(7, 4096), Strategy::Tiled);  // simple only at M <= simple_max_rows
-  EXPECT_EQ(strategy(1, 4096), Strategy::Simple);
-  // narrow rows: fused from fused_min_rows rows although M * N * 2 bytes < fused_min_bytes
-  ASSERT_LT(t.fused_min_rows * 64 * 2, t.fused_min_bytes);
-  EXPECT_EQ(strategy(t.fused_min_rows, 64), Strategy::Fused);
-  EXPECT_EQ(strategy(t.fused_min_rows, 1), Strategy::Fused);     // N = 1: scalar, fits one thread
-  EXPECT_NE(strategy(t.fused_min_rows - 1, 1), Strategy::Fused);
+  EXPECT_EQ(strategy(7, 4096), Strategy::Tiled);  // simple only at M <= simple_max_rows ...
+  EXPECT_EQ(strategy(1, 4096), Strategy::Tiled);  // ... and not where dX + tiled is one launch
+  EXPECT_EQ(normkit::plan(backward(1, 4096, DType::BF16, {false, true, true}), h200, Strategy::Auto, t).strategy,
+            Strategy::Simple);
+  Problem one_wide = backward(1, 1 << 16, DType::BF16, {true, true, true});
+  EXPECT_EQ(normkit::plan(one_wide, h200, Strategy::Auto, t).strategy, Strategy::Simple);  // past one launch
+  // narrow rows: fused from their own row counts although M * N * 2 bytes < fused_min_bytes
+  ASSERT_LT(t.fused_short_row_min_rows * 64 * 2, t.fused_min_bytes);
+  EXPECT_EQ(strategy(t.fused_short_row_min_rows, 64), Strategy::Fused);   // short vectorised rows
+  EXPECT_NE(strategy(t.fused_short_row_min_rows - 1, 64), Strategy::Fused);
+  EXPECT_EQ(strategy(t.fused_unaligned_min_rows, 1), Strategy::Fused);    // N = 1: scalar, fits one thread
+  EXPECT_NE(strategy(t.fused_unaligned_min_rows - 1, 1), Strategy::Fused);
+  EXPECT_EQ(strategy(t.fused_min_rows, 768), Strategy::Fused);            // the rest: fused_min_rows
+  EXPECT_NE(strategy(t.fused_min_rows - 1, 768), Strategy::Fused);
   // N = 1 rows are not 16-byte vectorised but fit one thread: fused; N = 255 (scalar, wide group): not
   EXPECT_EQ(strategy(1 << 20, 1), Strategy::Fused);
   EXPECT_NE(strategy(1 << 20, 255), Strategy::Fused);
@@ -533,10 +544,10 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   EXPECT_EQ(plan(forward(2048, 16384, true), h200).row.items, plan(forward(2048, 16384, false), h200).row.items);
   // Short vectorised rows take fused from fused_short_row_min_rows rows (with and without dX);
   // unvectorised ones (N = 1) and fewer rows keep two-pass.
-  EXPECT_EQ(plan(backward(4097, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::Fused);
-  EXPECT_EQ(plan(backward(4097, 64, DType::BF16), h200).strategy, Strategy::Fused);
-  EXPECT_EQ(plan(backward(1024, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::TwoPass);
-  EXPECT_EQ(plan(backward(4097, 1, DType::BF16, {true, true, true}), h200).strategy, Strategy::TwoPass);
+  EXPECT_EQ(plan(backward(16384, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::Fused);
+  EXPECT_EQ(plan(backward(16384, 64, DType::BF16), h200).strategy, Strategy::Fused);
+  EXPECT_EQ(plan(backward(4097, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::TwoPass);
+  EXPECT_EQ(plan(backward(16384, 1, DType::BF16, {true, true, true}), h200).strategy, Strategy::TwoPass);
   // A table can turn each rule off.
   PlannerTable off;
   off.small_grid_blocks = 0;
