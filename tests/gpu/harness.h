@@ -125,6 +125,16 @@ Spec ln_spec(std::string name, std::int64_t M, std::int64_t N, DType dtype);
 /// gtest's parameter name of a Spec case: its own name.
 inline std::string spec_name(const testing::TestParamInfo<Spec>& info) { return info.param.name; }
 Spec rms_spec(std::string name, std::int64_t M, std::int64_t N, DType dtype);
+/// `s` with every matrix's rows padded by `pad` elements (multiples of 16 bytes keep rows aligned).
+inline Spec padded(Spec s, std::int64_t pad) {
+  s.pad_x = s.pad_dy = s.pad_out = pad;
+  return s;
+}
+/// `s` with weight, bias and their gradients in dtype `w`.
+inline Spec with_weight_dtype(Spec s, DType w) {
+  s.wdtype = w;
+  return s;
+}
 
 /// Host copies of a problem's inputs. Matrices follow the spec's layouts; elements outside the
 /// logical matrix hold the poison pattern (NaN), so a kernel that reads a gap produces NaNs.

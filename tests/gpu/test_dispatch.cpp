@@ -290,15 +290,6 @@ namespace {
 
 class OneLaunch : public testing::TestWithParam<Spec> {};
 
-Spec with_weight_dtype(Spec s, DType w) {
-  s.wdtype = w;
-  return s;
-}
-Spec padded(Spec s, std::int64_t pad) {
-  s.pad_x = s.pad_dy = s.pad_out = pad;
-  return s;
-}
-
 TEST_P(OneLaunch, MatchesReferenceAndTheTwoLaunchesGammaBetaBitForBit) {
   const Spec& spec = GetParam();
   PlannerTable two_launches;

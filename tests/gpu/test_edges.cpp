@@ -249,11 +249,6 @@ TEST_P(StagedRows, ForwardAndBackwardMatchReference) {
   check_forward_and_backward(spec);
 }
 
-Spec padded(Spec s, std::int64_t pad) {
-  s.pad_x = s.pad_dy = s.pad_out = pad;  // multiples of 16 bytes keep every row aligned
-  return s;
-}
-
 INSTANTIATE_TEST_SUITE_P(
     Staged, StagedRows,
     testing::Values(ln_spec("ln_M20011_N4096_bf16", 20011, 4096, DT::BF16),

@@ -224,10 +224,7 @@ INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
 
 // ---- mixed precision: fp32 weight/bias/dweight/dbias with fp16/bf16 activations ----
 
-Spec f32_weight(Spec s) {
-  s.wdtype = DT::F32;
-  return s;
-}
+Spec f32_weight(Spec s) { return with_weight_dtype(std::move(s), DT::F32); }
 
 class MixedPrecision : public testing::TestWithParam<Spec> {};
 
