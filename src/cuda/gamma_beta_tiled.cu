@@ -34,8 +34,10 @@ __global__ void __launch_bounds__(1024) gamma_beta_tiled_kernel(const BackwardPa
 
 /// Plan::one_launch: blocks [0, dx_blocks) compute dX (the dX kernel's unstaged register-cached
 /// rows, RowShape plan.row laid out over this block size), the rest are the tiled column strips
-/// (scalar strips, RPT rows per thread) in 1-D blocks of 32 x by threads. Same math and order as
-/// the two launches: the same bits.
+/// (scalar strips, RPT rows per thread) in 1-D blocks of 32 x by threads. The strips add in the tiled
+/// kernel's order (dgamma / dbeta: the same bits as the two launches); dX rows follow this launch's
+/// row layout, which may sum a row in another order than the dX kernel's layout (tested against
+/// the reference).
 template <typename T, typename W, bool kRms, int ITEMS, int VEC, int RPT>
 __global__ void __launch_bounds__(kOneLaunchMaxThreads) dx_and_tiled_kernel(const BackwardParams<T, W> p, int dx_blocks) {
   extern __shared__ float smem[];  // the strips' 2 * blockDim.x floats
