@@ -134,7 +134,7 @@ __device__ __forceinline__ void reduce_partials(const float* partials, std::int6
 
 /// The outputs in partial-array order: dweight first (when requested), then dbias.
 template <typename T, typename W>
-__device__ __forceinline__ int gamma_beta_outputs(const BackwardParams<T, W>& p, W* (&out)[2]) {
+__host__ __device__ __forceinline__ int gamma_beta_outputs(const BackwardParams<T, W>& p, W* (&out)[2]) {
   int n = 0;
   out[0] = out[1] = nullptr;
   if (p.dweight != nullptr) out[n++] = p.dweight;
@@ -163,7 +163,8 @@ void launch_reduce_partials(const BackwardParams<T, W>& params, const float* par
                             const ColumnShape& columns, bool programmatic, cudaStream_t stream) {
   const dim3 block(unsigned(kWarpSize), unsigned(columns.reduce_block_y));
   const std::size_t smem = sizeof(float) * kWarpSize * std::size_t(columns.reduce_block_y);
-  const int arrays = (params.dweight != nullptr ? 1 : 0) + (params.dbias != nullptr ? 1 : 0);
+  W* out[2];
+  const int arrays = gamma_beta_outputs(params, out);
   const unsigned items = unsigned((std::int64_t(params.cols) + kWarpSize - 1) / kWarpSize * arrays);
   if (items == 0) return;  // nothing asked for, or N = 0
   launch_kernel(reduce_partials_kernel<T, W>, dim3(items), block, smem, stream, LaunchMode{programmatic},
