@@ -266,6 +266,12 @@ struct PlannerTable {
   /// of the floor, RMS 37.6 -> 48.0 %; 1024 x 32768 38 -> 43 %, 2048 x 16384 41 -> 44 %. The forward
   /// stays streamed: split it was 8-16 % slower at N = 16384..32768 and no faster at 65536.
   int row_split_max = 8;
+  /// The fused backward splits rows too long for one block (above kFusedBlockThreads x
+  /// kMaxFusedItems vectors: 8192 16-bit / 4096 fp32 columns) over a cluster of up to this many
+  /// blocks (RowShape::split, devices with clusters): each block caches its slice, accumulates
+  /// dgamma/dbeta for it, and the row sums add over the cluster. 0 or 1 = such rows are never fused
+  /// (forcing fused on them throws). At most kMaxSplit. Measured in docs/NOTES.md entry 25.
+  int fused_split_max = 8;
 };
 
 const PlannerTable& default_planner_table();
@@ -276,7 +282,7 @@ std::string format_planner_table(const PlannerTable& table);
 
 /// Largest register-cached items per thread (template instances exist for 1, 2, 4).
 constexpr int kMaxRowItems = 4;
-/// Split rows (RowShape::split, the dX kernel): a block of kSplitBlockThreads threads caches
+/// Split rows (RowShape::split, the dX kernel; the fused kernel splits with its own block and items): a block of kSplitBlockThreads threads caches
 /// kSplitItems 16-byte vectors per thread of its slice (8192 16-bit or 4096 fp32 columns), two blocks
 /// per SM as for any 4-item row kernel; clusters of up to kMaxSplit blocks (the portable cluster size).
 constexpr int kSplitItems = 4;

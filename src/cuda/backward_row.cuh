@@ -160,8 +160,9 @@ __device__ __forceinline__ void dx_cached_rows(const BackwardParams<T, W>& p, co
   const W* weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
   WeightFragment<W, ITEMS, VEC> w;
   if constexpr (kKeepWeights) w.load(weight, g, walk.cols, 1.f);
-  __shared__ float cluster_slots[2 * 2];
-  ClusterSum<2> cluster(cluster_slots, p.split);
+  __shared__ typename ClusterSum<2>::Storage cluster_storage;
+  ClusterSum<2> cluster(cluster_storage, p.split);
+  if constexpr (kSplit) cluster.start();
   walk_backward_rows<kStaged, kRms, ITEMS, VEC>(
       p, g, walk, [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv,
                       const RowFragment<T, ITEMS, VEC>& dyv, float mean, float rstd) {

@@ -10,6 +10,10 @@
 // Small problems (plan.cluster_blocks) run as one thread-block cluster: each block keeps its partial
 // row in its own shared memory, and after a cluster barrier every block sums a share of the columns
 // over all blocks' rows (distributed shared memory) and writes dgamma/dbeta: one launch, no workspace.
+// Rows too long for one block (kSplit, RowShape::split) are split over a cluster instead: block r of
+// a cluster owns the same column slice of every row its cluster walks, so it accumulates dgamma/dbeta
+// for that slice, and the row sums add over the cluster (ClusterSum). The clusters are the row
+// walkers: partials [clusters, N], reduced by the second launch.
 // No float atomics anywhere, and every sum runs in a fixed order: the same inputs give the same bits.
 #include <cooperative_groups.h>
 
@@ -50,7 +54,7 @@ __device__ __forceinline__ void reduce_over_cluster(const float* block_partial, 
 #endif
 }
 
-template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
+template <typename T, typename W, bool kRms, bool kStaged, bool kSplit, int ITEMS, int VEC>
 __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
     fused_backward_kernel(const BackwardParams<T, W> p, float* partials, FusedFinish finish) {
   __shared__ float scratch_buffers[GroupScratch::kFloats];
@@ -58,12 +62,20 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   allow_dependent_launch();  // the partial reduce may be scheduled now; it waits for the partials itself
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
   const bool want_dx = p.dx.data != nullptr;
+  // This block's rows and columns: all N columns, or its slice of its cluster's rows (kSplit).
+  const RowWalk walk = RowWalk::of_this_block<kSplit>(p.cols, p.split, p.slice_cols);
+  __shared__ typename ClusterSum<2>::Storage cluster_storage;
+  ClusterSum<2> cluster(cluster_storage, p.split);
+  if constexpr (kSplit) {
+    if (want_dx) cluster.start();
+  }
 
   // Staged walks keep the weights for all their rows; unstaged ones load them with each row, in the
   // same round trip (keep_weights).
   constexpr bool kKeepWeights = kStaged;
+  const W* weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
   WeightFragment<W, ITEMS, VEC> w;
-  if constexpr (kKeepWeights) w.load(p.weight, g, p.cols, 1.f);
+  if constexpr (kKeepWeights) w.load(weight, g, walk.cols, 1.f);
   float acc_dgamma[ITEMS][VEC], acc_dbeta[ITEMS][VEC];
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k)
@@ -71,10 +83,10 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
     for (int i = 0; i < VEC; ++i) acc_dgamma[k][i] = acc_dbeta[k][i] = 0.f;
 
   walk_backward_rows<kStaged, kRms, ITEMS, VEC>(
-      p, g, RowWalk::of_this_block<false>(p.cols, 1, p.cols),
+      p, g, walk,
       [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv, const RowFragment<T, ITEMS, VEC>& dyv,
           float mean, float rstd) {
-        if constexpr (!kKeepWeights) w.load(p.weight, g, p.cols, 1.f);
+        if constexpr (!kKeepWeights) w.load(weight, g, walk.cols, 1.f);
         RowGrad<ITEMS, VEC> row;
         row.compute(xv, dyv, w, mean, rstd);
         // inactive groups hold zeros: they add nothing (dy = 0)
@@ -87,31 +99,40 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
             acc_dbeta[k][i] += dy;
           }
         if (want_dx) {
-          float sum_g, sum_g_xhat;
-          row.sums(sum_g, sum_g_xhat);
-          row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
-          row.template store_dx<kRms>(p.dx.row(active ? r : 0), rstd, sum_g, sum_g_xhat, g, p.inv_cols, p.cols, active);
+          float sums[2];
+          row.sums(sums[0], sums[1]);
+          row_group_sum(sums, g.threads, scratch);
+          if constexpr (kSplit) cluster.sum(sums);  // the same rows for every block of the cluster
+          row.template store_dx<kRms>(p.dx.row(active ? r : 0) + walk.col0, rstd, sums[0], sums[1], g, p.inv_cols,
+                                      walk.cols, active);
         }
       });
+  // No block of the cluster leaves (its slots are read by the others) before all have read them.
+  if constexpr (kSplit) {
+    if (want_dx) cluster.finish();
+  }
 
   // Block partials: sum the row groups of this block, slot by slot, through shared memory (the
   // dynamic buffer, free now: the walk has waited for its last copies). Where each column's sum
   // goes depends on the finish: the final value (Direct), a workspace row, or the block's partial
-  // rows in shared memory after the staging area (Cluster).
+  // rows in shared memory after the staging area (Cluster). A split block writes its slice of its
+  // cluster's row (the walkers' partial rows are the clusters').
   float* stage = reinterpret_cast<float*>(row_kernel_smem);
   float* block_partial = stage + blockDim.x * VEC;
   W* out[2];
   const int arrays = gamma_beta_outputs(p, out);
-  const std::int64_t partial_rows = gridDim.x;
+  const std::int64_t partial_rows = walk.units;
   for (int a = 0; a < arrays; ++a) {
     const bool is_dgamma = out[a] == p.dweight;
     float* partial_row = finish == FusedFinish::Cluster ? block_partial + std::int64_t(a) * p.cols
-                         : finish == FusedFinish::Direct ? nullptr
-                                                        : partials + (std::int64_t(a) * partial_rows + blockIdx.x) * p.cols;
+                         : finish == FusedFinish::Direct
+                             ? nullptr
+                             : partials + (std::int64_t(a) * partial_rows + walk.unit) * p.cols + walk.col0;
+    W* const out_slice = out[a] + walk.col0;
     const auto emit = [&](int col, float sum) {
-      if (col >= p.cols) return;
+      if (col >= walk.cols) return;
       if (partial_row != nullptr) partial_row[col] = sum;
-      else out[a][col] = from_float<W>(sum);
+      else out_slice[col] = from_float<W>(sum);
     };
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
@@ -150,7 +171,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
     reduce_over_cluster<W>(block_partial, p.cols, arrays, out);
     return;
   }
-  if (finish != FusedFinish::GridSync) return;
+  if (kSplit || finish != FusedFinish::GridSync) return;  // a cooperative launch takes no clusters
 
   cooperative_groups::this_grid().sync();  // every block's partial row is written
   const int reduce_rows = int(blockDim.x) / kWarpSize;
@@ -169,20 +190,32 @@ void launch_fused_backward(const BackwardProblem& p, const Plan& plan, float* pa
                              : plan.single_launch && p.mask().any_gamma_beta()         ? FusedFinish::GridSync
                                                                                        : FusedFinish::SecondLaunch;
   if (finish == FusedFinish::Direct || finish == FusedFinish::Cluster) partials = nullptr;
-  const unsigned blocks = unsigned(plan.row.blocks);
-  dispatch_row_shape<T, kMaxFusedItems, false, false>(plan.row, [&](auto items, auto vec, auto staged, auto) {
+  const dim3 block(unsigned(plan.row.block_threads()));
+  const std::size_t smem = std::size_t(plan.row.smem_bytes);
+  // The row walkers: blocks, or clusters of split rows -- as many as the device holds at once, at
+  // most the plan's (cluster_grid), so the partial rows may be fewer than the workspace holds.
+  std::int64_t walkers = plan.row.blocks;
+  dispatch_row_shape<T, kMaxFusedItems, false, kMaxFusedItems>(plan.row, [&](auto items, auto vec, auto staged,
+                                                                             auto split) {
     void (*kernel)(BackwardParams<T, W>, float*, FusedFinish) =
-        p.rms ? fused_backward_kernel<T, W, true, staged(), items(), vec()>
-              : fused_backward_kernel<T, W, false, staged(), items(), vec()>;
+        p.rms ? fused_backward_kernel<T, W, true, staged(), split(), items(), vec()>
+              : fused_backward_kernel<T, W, false, staged(), split(), items(), vec()>;
     allow_dynamic_smem(kernel, plan.row.smem_bytes, "fused_backward_kernel shared memory");
-    // GridSync: one cooperative launch; Cluster: the whole grid is one cluster
-    const LaunchMode mode{false, finish == FusedFinish::Cluster ? int(blocks) : 1, finish == FusedFinish::GridSync};
-    launch_kernel(kernel, dim3(blocks), dim3(unsigned(plan.row.block_threads())), std::size_t(plan.row.smem_bytes),
-                  stream, mode, "fused_backward_kernel launch", params, partials, finish);
+    unsigned blocks = unsigned(plan.row.blocks);
+    int cluster_blocks = finish == FusedFinish::Cluster ? int(blocks) : 1;  // Cluster: the whole grid is one
+    if constexpr (split()) {
+      blocks = cluster_grid(kernel, blocks, block, smem, plan.row.split);
+      cluster_blocks = plan.row.split;
+    }
+    walkers = blocks / cluster_blocks;
+    // GridSync: one cooperative launch
+    const LaunchMode mode{false, cluster_blocks, finish == FusedFinish::GridSync};
+    launch_kernel(kernel, dim3(blocks), block, smem, stream, mode, "fused_backward_kernel launch", params, partials,
+                  finish);
   });
   check_launch("fused_backward_kernel");
   if (finish == FusedFinish::SecondLaunch && p.mask().any_gamma_beta())
-    launch_reduce_partials<T, W>(params, partials, plan.partial_rows, plan.columns, plan.programmatic_launch, stream);
+    launch_reduce_partials<T, W>(params, partials, walkers, plan.columns, plan.programmatic_launch, stream);
 }
 
 #define NORMKIT_INSTANTIATE(T, W) \

@@ -168,34 +168,90 @@ struct RowWalk {
 };
 
 /// Sums over the blocks of this block's cluster (a split row, RowWalk) of values each block has
-/// already summed over its threads: thread 0 of every block publishes its block's values in its
-/// shared memory, a cluster barrier, then every thread adds all ranks' values in rank order, so every
-/// block gets the same bits. Two slot buffers taken in turn make one barrier per sum enough (the
-/// argument of GroupScratch, cluster-wide); finish() is the barrier that keeps every block's slots
-/// alive until the last reads are done, before any block exits.
+/// already summed over its threads. Pushed, not pulled: lane r < split of warp 0 stores this block's
+/// values into slot [my rank] of rank r's shared memory with st.async, which completes bytes on
+/// rank r's mbarrier; every thread then waits on its own block's mbarrier until all ranks' bytes
+/// have landed and adds the slots in rank order, so every block gets the same bits. No cluster
+/// barrier per sum: its release fence made every thread wait for its own outstanding dX stores
+/// (ncu at the first split fused kernel: the membar and the cluster barrier wait were the top two
+/// stalls, and the pipeline depth changed nothing).
+/// Two slot buffers (each with its mbarrier) are taken in turn. A block's slots for sum i + 2 can
+/// only arrive after every rank has received this block's sum i + 1, which this block sends after
+/// all its threads have read sum i (the block-wide row sum in between is a barrier): no slot is
+/// overwritten before it is read. A rank's bytes for sum i + 2 may land before this block re-arms
+/// that buffer's mbarrier (the transaction count goes negative until the arm; the phase cannot
+/// complete without it). start() initialises the mbarriers and is a cluster barrier (no rank stores
+/// into an uninitialised one); finish() is a cluster barrier before exit. Both, and every sum, must
+/// be reached by all threads of all blocks of the cluster (a cluster walks the same rows).
 template <int K>
 struct ClusterSum {
-  float* slots;  // 2 * K floats of this block's shared memory
+  struct Storage {
+    unsigned long long arrived[2];     // mbarriers, one per slot buffer
+    float slots[2][kMaxSplit][K];      // [buffer][sender rank][value]
+  };
+  Storage& storage;
   int split;
   int turn = 0;
-  __device__ __forceinline__ ClusterSum(float* shared, int split_) : slots(shared), split(split_) {}
+  unsigned parity = 0;  // bit b: the phase parity the next wait on buffer b expects
+
+  __device__ __forceinline__ ClusterSum(Storage& s, int split_) : storage(s), split(split_) {}
+
+  __device__ __forceinline__ void start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x == 0) {
+      for (int b = 0; b < 2; ++b)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(&storage.arrived[b])) : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    cooperative_groups::this_cluster().sync();
+#else
+    __trap();  // the planner splits rows only on devices with clusters (sm_90 on)
+#endif
+  }
+
   __device__ __forceinline__ void sum(float (&v)[K]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    float* mine = slots + turn * K;
+    const int b = turn;
     turn ^= 1;
+    const unsigned bar = shared_address(&storage.arrived[b]);
     if (threadIdx.x == 0) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) mine[k] = v[k];
+      unsigned long long state;
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;\n"
+                   : "=l"(state)
+                   : "r"(bar), "r"(unsigned(split * K * sizeof(float)))
+                   : "memory");
     }
-    cluster.sync();
+    if (threadIdx.x < unsigned(split)) {
+      unsigned rank;
+      asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+      const unsigned target = unsigned(threadIdx.x);
+      unsigned remote_slot, remote_bar;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+                   : "=r"(remote_slot)
+                   : "r"(shared_address(&storage.slots[b][rank][0])), "r"(target));
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote_bar) : "r"(bar), "r"(target));
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(
+                         remote_slot + unsigned(k * sizeof(float))),
+                     "r"(__float_as_uint(v[k])), "r"(remote_bar)
+                     : "memory");
+    }
+    const unsigned want = (parity >> b) & 1u;
+    parity ^= 1u << b;
+    unsigned done = 0;
+    do {
+      asm volatile(
+          "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(bar), "r"(want)
+          : "memory");
+    } while (done == 0);
 #pragma unroll
     for (int k = 0; k < K; ++k) v[k] = 0.f;
     for (int r = 0; r < split; ++r) {
-      const float* theirs = cluster.map_shared_rank(mine, r);
 #pragma unroll
-      for (int k = 0; k < K; ++k) v[k] += theirs[k];
+      for (int k = 0; k < K; ++k) v[k] += storage.slots[b][r][k];
     }
 #else
     __trap();  // the planner splits rows only on devices with clusters (sm_90 on)
@@ -338,17 +394,18 @@ using IntConst = std::integral_constant<int, V>;
 /// Calls f(IntConst<ITEMS>, IntConst<VEC>, BoolConst<kStaged>, BoolConst<kSplit>) for the plan's
 /// runtime (items, vec, stages > 0, split > 1): the template instances that exist are items in {1, 2,
 /// 4, 8} up to kMaxItems, 0 (streaming) when kStreaming, vec in {1, 16 / sizeof(T)}, staged ones for
-/// cached rows of 16-byte vectors, and -- with kSplittable -- split ones for kSplitItems items of
-/// 16-byte vectors only (the planner's split rule, split_rows in planner.cpp).
+/// cached rows of 16-byte vectors, and split ones for kSplitInstanceItems items of 16-byte vectors
+/// only (0: the kernel has no split instances; the planner's split rules, split_rows and fused_split
+/// in planner.cpp, use exactly these items).
 template <bool V>
 using BoolConst = std::integral_constant<bool, V>;
 
-template <typename T, int kMaxItems, bool kStreaming, bool kSplittable, typename F>
+template <typename T, int kMaxItems, bool kStreaming, int kSplitInstanceItems, typename F>
 void dispatch_row_shape(const RowShape& shape, F&& f) {
   constexpr int kVec = int(16 / sizeof(T));
   auto call = [&](auto items, auto vec) {
     if constexpr (items() > 0 && vec() > 1) {
-      if constexpr (kSplittable && items() == kSplitItems && vec() == kVec) {
+      if constexpr (kSplitInstanceItems > 0 && items() == kSplitInstanceItems && vec() == kVec) {
         if (shape.split > 1) {
           if (shape.stages > 0) f(items, vec, BoolConst<true>{}, BoolConst<true>{});
           else f(items, vec, BoolConst<false>{}, BoolConst<true>{});

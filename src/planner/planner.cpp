@@ -161,23 +161,32 @@ bool split_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const 
   return true;
 }
 
-/// The fused backward holds its dgamma/dbeta accumulators in registers next to the cached row, so
-/// its rows must fit kMaxFusedItems vectors per thread in a block of row_block_threads threads.
-bool fused_fits(const Problem& p, std::string* why) {
+/// Blocks of a fused row split over a cluster (1: the row fits one block): the fused backward holds
+/// its dgamma/dbeta accumulators in registers next to the cached row, kMaxFusedItems vectors per
+/// thread in a block of kFusedBlockThreads threads; longer 16-byte vectorised rows take a cluster
+/// of up to PlannerTable::fused_split_max (and kMaxSplit) such blocks. 0: no fused layout holds the
+/// row (`why` says so).
+int fused_split(const Problem& p, const PlannerTable& t, std::string* why) {
   const int vec = vector_width(p);
   const std::int64_t vectors = ceil_div(std::max<std::int64_t>(p.cols, 1), vec);
   const std::int64_t capacity = std::int64_t(kFusedBlockThreads) * kMaxFusedItems;
-  if (vectors > capacity) {
-    if (why) {
-      std::ostringstream os;
-      os << "fused keeps a row in registers: N = " << p.cols << " needs " << vectors << " vectors of " << vec
-         << " elements, more than its " << capacity << " (rows up to " << capacity * vec << " elements)";
-      *why = os.str();
-    }
-    return false;
+  if (vectors <= capacity) return 1;
+  const int cap = vec > 1 ? std::min(t.fused_split_max, kMaxSplit) : 1;
+  if (cap >= 2 && vectors <= capacity * cap) return int(ceil_div(vectors, capacity));
+  if (why) {
+    std::ostringstream os;
+    os << "fused keeps a row in registers: N = " << p.cols << " needs " << vectors << " vectors of " << vec
+       << " elements, more than its " << capacity << " per block (rows up to " << capacity * vec << " elements";
+    if (cap >= 2) os << ", or " << capacity * cap * vec << " split over a cluster of " << cap << " blocks";
+    else if (vec > 1) os << "; fused_split_max = " << t.fused_split_max << " splits no row over a cluster";
+    else os << "; rows that are not 16-byte vectorised are never split over a cluster";
+    os << ")";
+    *why = os.str();
   }
-  return true;
+  return 0;
 }
+
+bool fused_fits(const Problem& p, const PlannerTable& t, std::string* why) { return fused_split(p, t, why) > 0; }
 
 /// Column strips of the tiled and two-pass kernels: 32 lanes of `vec` columns each. Vectorised
 /// strips read 16 bytes per lane (a warp reads 512 contiguous bytes of a row instead of 64 for
@@ -252,8 +261,22 @@ std::size_t partial_bytes(std::int64_t partial_rows, const Problem& p) {
   return std::size_t(partial_rows) * std::size_t(p.cols) * std::size_t(partial_arrays(p)) * sizeof(float);
 }
 
-/// Row layout of the fused kernel: its fixed block, at most kMaxFusedItems vectors per thread.
+/// Row layout of the fused kernel: its fixed block, at most kMaxFusedItems vectors per thread; a
+/// longer row split over a cluster of fused_split blocks, each caching kMaxFusedItems vectors per
+/// thread of its slice (one row group of kFusedBlockThreads threads per block; `blocks` is set by
+/// the caller).
 RowShape fused_row_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+  const int split = fused_split(p, t, nullptr);
+  if (split >= 2) {
+    RowShape s;
+    s.vec = vector_width(p);
+    s.items = kMaxFusedItems;
+    s.threads_per_row = kFusedBlockThreads;
+    s.rows_per_block = 1;
+    s.split = split;
+    s.slice_cols = int(ceil_div(row_vectors(p), split) * s.vec);
+    return s;
+  }
   const int items_target = short_vector_rows(p, t) ? t.fused_short_row_items_target : t.row_items_target;
   return row_shape(p, device, t, kMaxFusedItems, kFusedBlockThreads, kFusedBlockThreads, items_target);
 }
@@ -264,7 +287,7 @@ RowShape fused_row_shape(const Problem& p, const DeviceFacts& device, const Plan
 int fused_cluster_blocks(const Problem& p, const DeviceFacts& device, const PlannerTable& t, int rows_per_block) {
   const int cap = std::min(t.fused_cluster_max_blocks, device.max_cluster_blocks);
   if (!p.mask.any_gamma_beta() || cap < 2 || p.rows * p.cols > t.fused_cluster_max_elements ||
-      p.cols > t.fused_cluster_max_cols)
+      p.cols > t.fused_cluster_max_cols || fused_split(p, t, nullptr) != 1)
     return 0;
   const std::int64_t blocks = std::min<std::int64_t>(cap, ceil_div(p.rows, std::max(1, rows_per_block)));
   return blocks >= 2 ? int(blocks) : 0;  // one block writes dgamma/dbeta directly anyway
@@ -306,7 +329,11 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
                       (p.rows * row_bytes >= t.fused_min_bytes && row_bytes >= t.fused_min_row_bytes))
                    : p.rows >= t.fused_gb_min_rows && row_vectors(p) >= t.fused_gb_min_vectors);
   const bool fused_layout = vectorised || p.cols <= t.fused_unaligned_max_cols;
-  if (t.fused_enabled && fused_size && fused_layout && fused_fits(p, nullptr)) return Strategy::Fused;
+  // Rows split over a cluster are fused only with dX (that is what saves the second read of x and dy)
+  // and only where the device has clusters.
+  const int split = fused_split(p, t, nullptr);
+  const bool fused_rows = split == 1 || (split >= 2 && p.mask.dx && device.max_cluster_blocks >= split);
+  if (t.fused_enabled && fused_size && fused_layout && fused_rows) return Strategy::Fused;
   // dX and tiled strips in one launch beat simple (dX + a second launch) on the few rows simple takes
   // (bf16 sweep at 4345a27, full backward, M = 1: 1.53 vs 1.79 us at N = 64, 1.65 vs 1.85 at 768).
   Plan tiled;
@@ -341,7 +368,7 @@ const PlannerTable& default_planner_table() {
   return table;
 }
 
-bool strategy_supported(const Problem& problem, Strategy strategy, std::string* why_not, const PlannerTable&) {
+bool strategy_supported(const Problem& problem, Strategy strategy, std::string* why_not, const PlannerTable& table) {
   if (!is_backward(problem.op)) {
     if (strategy == Strategy::Auto) return true;
     if (why_not) *why_not = "forward ops have no gamma/beta strategy; only auto is accepted";
@@ -354,7 +381,7 @@ bool strategy_supported(const Problem& problem, Strategy strategy, std::string* 
     case Strategy::TwoPass:
       return true;
     case Strategy::Fused:
-      return fused_fits(problem, why_not);
+      return fused_fits(problem, table, why_not);
   }
   return false;
 }
@@ -387,11 +414,20 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
 
   if (strategy == Strategy::Fused) {
     out.row = fused_row_shape(p, device, t);
+    const int split = out.row.split;
+    if (split > 1 && split > device.max_cluster_blocks)
+      throw Error("normkit: strategy 'fused' cannot serve " + std::string(op_name(p.op)) + " with M = " +
+                  std::to_string(p.rows) + ", N = " + std::to_string(p.cols) + ": its row needs a cluster of " +
+                  std::to_string(split) + " blocks and this device holds clusters of at most " +
+                  std::to_string(device.max_cluster_blocks));
     // Persistent grid: kFusedBlocksPerSm co-resident blocks per SM (the kernel's launch bounds
-    // guarantee the registers), fewer when M is small so the partials stay small.
+    // guarantee the registers), fewer when M is small so the partials stay small. Split rows: the
+    // row walkers are clusters of `split` blocks (the launch caps them further to the clusters the
+    // device holds at once, cluster_grid), so each walker's share is counted in clusters.
     const std::int64_t rows_per_block_min = std::int64_t(out.row.rows_per_block) * t.fused_min_rows_per_block;
     const std::int64_t by_rows = std::max<std::int64_t>(1, ceil_div(p.rows, rows_per_block_min));
-    out.row.blocks = std::min<std::int64_t>(by_rows, std::int64_t(device.sm_count) * kFusedBlocksPerSm);
+    const std::int64_t walkers = std::int64_t(device.sm_count) * kFusedBlocksPerSm / split;
+    out.row.blocks = std::max<std::int64_t>(1, std::min<std::int64_t>(by_rows, walkers)) * split;
     out.cluster_blocks = fused_cluster_blocks(p, device, t, out.row.rows_per_block);
     if (out.cluster_blocks > 0) out.row.blocks = out.cluster_blocks;
     // Dynamic shared memory: the row stages, and (always) the block's partial staging at the end;
@@ -399,10 +435,12 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
     const std::int64_t partial_staging =
         std::int64_t(out.row.block_threads()) * out.row.vec * std::int64_t(sizeof(float)) +
         (out.cluster_blocks > 0 ? std::int64_t(partial_arrays(p)) * p.cols * std::int64_t(sizeof(float)) : 0);
-    plan_stages(out.row, p, device, t, 2, true, kFusedBlocksPerSm, out.row.blocks, partial_staging);
-    if (p.mask.any_gamma_beta() && out.row.blocks > 1 && out.cluster_blocks == 0) {  // one block writes directly
-      out.single_launch = t.fused_single_launch;
-      out.partial_rows = out.row.blocks;
+    plan_stages(out.row, p, device, t, 2, true, kFusedBlocksPerSm, out.row.blocks / split, partial_staging);
+    const std::int64_t walkers_planned = out.row.blocks / split;
+    if (p.mask.any_gamma_beta() && walkers_planned > 1 && out.cluster_blocks == 0) {  // one walker writes directly
+      // a grid-wide sync needs a cooperative launch, which takes no clusters: split rows take two launches
+      out.single_launch = t.fused_single_launch && split == 1;
+      out.partial_rows = walkers_planned;
       out.columns.block_x = kWarpSize;
       out.columns.reduce_block_y = reduce_block_y(out.partial_rows, t);
       out.columns.col_blocks = ceil_div(std::max<std::int64_t>(p.cols, 1), kWarpSize);
@@ -563,6 +601,7 @@ const TableKey kTableKeys[] = {
                                                             : std::string();
                                  }),
     key<&Table::row_split_max>("row_split_max", portable_cluster_check),
+    key<&Table::fused_split_max>("fused_split_max", portable_cluster_check),
 };
 
 /// Keys of older tables, with what replaced them (a clear error instead of "unknown key").

@@ -358,12 +358,14 @@ TEST(Planner, FusedWorkspaceAndSupport) {
   const Plan dx_only = normkit::plan(backward(131072, 4096, DType::BF16, {true, false, false}), DeviceFacts::h200(),
                                      Strategy::Fused);
   EXPECT_EQ(dx_only.workspace_bytes, 0u);
-  // widest fused row: kFusedBlockThreads * kMaxFusedItems vectors
-  const std::int64_t widest = std::int64_t(kFusedBlockThreads) * kMaxFusedItems * 8;
+  // widest fused row: kFusedBlockThreads * kMaxFusedItems vectors per block, split over at most
+  // kMaxSplit blocks (fused_split_max)
+  const std::int64_t widest = std::int64_t(kFusedBlockThreads) * kMaxFusedItems * 8 * kMaxSplit;
   EXPECT_TRUE(strategy_supported(backward(16, widest, DType::BF16), Strategy::Fused));
   std::string why;
   EXPECT_FALSE(strategy_supported(backward(16, widest + 8, DType::BF16), Strategy::Fused, &why));
   EXPECT_NE(why.find("registers"), std::string::npos) << why;
+  EXPECT_NE(why.find("cluster of 8"), std::string::npos) << why;
   try {
     normkit::plan(backward(16, 262144, DType::BF16), DeviceFacts::h200(), Strategy::Fused);
     FAIL() << "forcing fused on a row it cannot hold must throw";
@@ -373,6 +375,87 @@ TEST(Planner, FusedWorkspaceAndSupport) {
   }
   // auto falls back to the unfused strategies for such rows, it does not fail
   EXPECT_NE(normkit::plan(backward(2048, 262144, DType::BF16), DeviceFacts::h200()).strategy, Strategy::Fused);
+}
+
+// The fused backward splits rows longer than one block holds (kFusedBlockThreads x kMaxFusedItems
+// vectors) over a cluster of up to fused_split_max blocks (docs/NOTES.md entry 25).
+TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  const Mask full{true, true, true};
+  const struct { std::int64_t n; DType t; int split; int slice; } cases[] = {
+      {8192, DType::BF16, 1, 0},     {8200, DType::BF16, 2, 4104}, {16384, DType::F16, 2, 8192},
+      {65536, DType::BF16, 8, 8192}, {57352, DType::BF16, 8, 7176}, {20000, DType::F32, 5, 4000},
+      {32768, DType::F32, 8, 4096}};
+  for (const auto& c : cases) {
+    for (bool rms : {false, true}) {
+      Problem p = backward(2048, c.n, c.t, {true, true, !rms});
+      if (rms) p.op = Op::RmsNormBackward;
+      const std::string where = std::string(op_name(p.op)) + " " + dtype_name(c.t) + " N = " + std::to_string(c.n);
+      const Plan plan = normkit::plan(p, h200, Strategy::Fused);
+      EXPECT_EQ(plan.row.split, c.split) << where;
+      if (c.split == 1) continue;
+      EXPECT_EQ(plan.row.slice_cols, c.slice) << where;
+      EXPECT_EQ(plan.row.items, kMaxFusedItems) << where;
+      EXPECT_EQ(plan.row.threads_per_row, kFusedBlockThreads) << where;
+      EXPECT_EQ(plan.row.rows_per_block, 1) << where;
+      // one block per SM, in whole clusters; the clusters are the row walkers and own the partial rows
+      const std::int64_t clusters = h200.sm_count / c.split;
+      EXPECT_EQ(plan.row.blocks, clusters * c.split) << where;
+      EXPECT_EQ(plan.partial_rows, clusters) << where;
+      EXPECT_EQ(plan.workspace_bytes, std::size_t(clusters) * std::size_t(c.n) * (rms ? 1 : 2) * sizeof(float)) << where;
+      EXPECT_FALSE(plan.single_launch) << where;
+      EXPECT_EQ(plan.cluster_blocks, 0) << where;
+      EXPECT_GT(plan.row.stages, 1) << where;
+      EXPECT_NE(plan.describe().find("split=" + std::to_string(c.split)), std::string::npos) << plan.describe();
+      // auto fuses them with dX (the second read of x and dy is what fusing saves), not without
+      EXPECT_EQ(normkit::plan(p, h200).strategy, Strategy::Fused) << where;
+      Problem gb = p;
+      gb.mask.dx = false;
+      EXPECT_NE(normkit::plan(gb, h200).strategy, Strategy::Fused) << where;
+      EXPECT_EQ(normkit::plan(gb, h200, Strategy::Fused).row.split, c.split) << where;  // forced: served
+    }
+  }
+  // few rows: clusters of fused_min_rows_per_block rows each (7 rows: 4 clusters); one row: one
+  // walker writes dgamma/dbeta itself
+  EXPECT_EQ(normkit::plan(backward(7, 65536, DType::BF16, full), h200, Strategy::Fused).row.blocks, 4 * 8);
+  const Plan one_row = normkit::plan(backward(1, 65536, DType::BF16, full), h200, Strategy::Fused);
+  EXPECT_EQ(one_row.row.blocks, 8);
+  EXPECT_EQ(one_row.partial_rows, 0);
+  EXPECT_EQ(one_row.workspace_bytes, 0u);
+  // a table that asks for the single cooperative launch still gets two launches on split rows
+  PlannerTable single;
+  single.fused_single_launch = true;
+  EXPECT_FALSE(normkit::plan(backward(2048, 65536, DType::BF16, full), h200, Strategy::Fused, single).single_launch);
+  EXPECT_TRUE(normkit::plan(backward(2048, 4096, DType::BF16, full), h200, Strategy::Fused, single).single_launch);
+  // the table turns it off (auto then takes the unfused dX split), and so does a device without
+  // clusters: forced fused throws, naming why
+  PlannerTable no_split;
+  no_split.fused_split_max = 1;
+  std::string why;
+  EXPECT_FALSE(strategy_supported(backward(2048, 16384, DType::BF16, full), Strategy::Fused, &why, no_split));
+  EXPECT_NE(why.find("fused_split_max"), std::string::npos) << why;
+  const Plan unfused = normkit::plan(backward(2048, 65536, DType::BF16, full), h200, Strategy::Auto, no_split);
+  EXPECT_NE(unfused.strategy, Strategy::Fused);
+  EXPECT_EQ(unfused.row.split, 8);  // the dX kernel's split
+  DeviceFacts no_clusters = h200;
+  no_clusters.max_cluster_blocks = 0;
+  EXPECT_NE(normkit::plan(backward(2048, 65536, DType::BF16, full), no_clusters).strategy, Strategy::Fused);
+  try {
+    normkit::plan(backward(2048, 65536, DType::BF16, full), no_clusters, Strategy::Fused);
+    FAIL() << "forcing a split fused plan on a device without clusters must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cluster of 8"), std::string::npos) << e.what();
+  }
+  // unvectorised rows are never split
+  EXPECT_FALSE(strategy_supported(backward(16, 16385, DType::BF16), Strategy::Fused, &why));
+  EXPECT_NE(why.find("16-byte"), std::string::npos) << why;
+  // the key is read and written, and capped at the portable cluster size
+  const std::string path = ::testing::TempDir() + "normkit_fused_split_table.txt";
+  { std::ofstream(path) << "fused_split_max = 4\n"; }
+  EXPECT_EQ(load_planner_table(path).fused_split_max, 4);
+  { std::ofstream(path) << "fused_split_max = 16\n"; }
+  EXPECT_THROW(load_planner_table(path), Error);
+  std::remove(path.c_str());
 }
 
 TEST(Planner, RowShapesCoverTheRowWithinTheRegisterBudget) {
@@ -414,7 +497,8 @@ TEST(Planner, RowsTooLongForOneBlockAreSplitOverACluster) {
                     const DeviceFacts& device = DeviceFacts::h200()) {
     Problem p = backward(m, n, t, {true, true, !is_rms(op)});
     p.op = op;
-    return normkit::plan(p, device, Strategy::Auto, table).row;
+    // the dX kernel's rule: an unfused strategy (auto fuses these rows, FusedRowsAreSplitOverACluster)
+    return normkit::plan(p, device, is_backward(op) ? Strategy::Tiled : Strategy::Auto, table).row;
   };
   const struct { std::int64_t n; DType t; int split; int slice; } cases[] = {
       {8192, DType::BF16, 1, 0},       {8200, DType::BF16, 2, 4104},  {16384, DType::F16, 2, 8192},
@@ -751,6 +835,7 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.row_block_threads = 512;
   t.row_pipeline_stages = 3;
   t.row_split_max = 4;
+  t.fused_split_max = 2;
   t.small_grid_blocks = 3;
   t.small_grid_items_target = 1;
   t.small_grid_block_threads = 128;

@@ -187,7 +187,8 @@ Spec split_no_weight(Spec s) {
 
 class SplitRows : public testing::TestWithParam<Spec> {};
 
-// dX split over a cluster (the forward of these rows is streamed, checked too)
+// dX and fused split over a cluster (the forward of these rows is streamed, checked too); every
+// strategy, full and gamma/beta-only masks, against the float64 reference (check_forward_and_backward)
 TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRun) {
   const Spec& spec = GetParam();
   check_forward_and_backward(spec);
@@ -197,9 +198,15 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
   const BackwardOut first = gpu_backward(*hc, dc, spec.full_mask(), Strategy::Auto, test_stream());
   ASSERT_TRUE(first.ran);
   ASSERT_GT(first.plan.row.split, 1) << "expected dX on split rows: " << first.plan.describe();
+  // fused on split rows too (auto takes it on the larger of these), forced: dX, dgamma, dbeta
+  const BackwardOut fused = gpu_backward(*hc, dc, spec.full_mask(), Strategy::Fused, test_stream());
+  ASSERT_TRUE(fused.ran) << fused.why_not;
+  ASSERT_GT(fused.plan.row.split, 1) << "expected fused on split rows: " << fused.plan.describe();
   const ForwardOut forward = gpu_forward(*hc, dc);
   for (int run = 1; run < 20 && !HasFailure(); ++run) {
     expect_same_bits(first, gpu_backward(*hc, dc, spec.full_mask(), Strategy::Auto, test_stream()), "run " + std::to_string(run));
+    expect_same_bits(fused, gpu_backward(*hc, dc, spec.full_mask(), Strategy::Fused, test_stream()),
+                     "fused run " + std::to_string(run));
     const ForwardOut again = gpu_forward(*hc, dc);
     EXPECT_TRUE(again.y.bytes == forward.y.bytes) << "forward y differs between identical calls, run " << run;
     EXPECT_TRUE(again.rstd.bytes == forward.rstd.bytes) << "forward rstd differs between identical calls, run " << run;
