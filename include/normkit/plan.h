@@ -68,7 +68,7 @@ struct RowShape {
   /// flight while one is used); 0 = loaded straight into registers. Needs vec > 1 (16-byte copies).
   int stages = 0;
   std::int64_t smem_bytes = 0;  ///< dynamic shared memory per block for the stages
-  /// Blocks per row (the dX kernel, rows too long to cache in one block): a thread-block cluster of
+  /// Blocks per row (the dX and fused kernels, rows too long to cache in one block): a thread-block cluster of
   /// `split` blocks holds one row in registers, block r owning slice_cols columns from r *
   /// slice_cols; its row sums add over the cluster. `blocks` counts blocks (split per cluster).
   /// 1 = a row lies in one block.
