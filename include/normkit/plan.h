@@ -39,6 +39,9 @@ struct DeviceFacts {
   int max_threads_per_block = 1024;
   /// Blocks a thread-block cluster may hold (sm_90 and later: 8, the portable size; 0 = no clusters).
   int max_cluster_blocks = 8;
+  /// The largest cluster a kernel that opts in to non-portable sizes may launch (sm_90: 16; 0 = none).
+  /// Only the fused backward's widest rows use it (kMaxFusedSplit).
+  int max_nonportable_cluster_blocks = 16;
   /// Programmatic dependent launch (sm_90 on): a kernel may start before the previous one ends.
   bool programmatic_launch = true;
   static DeviceFacts h200() { return {}; }
@@ -57,6 +60,10 @@ struct Problem {
 
 /// Shape of a row-wise kernel (forward, dX, and the row walk of the fused backward): each row is
 /// handled by a group of `threads_per_row` threads; each thread caches `items` vectors of `vec`
+/// Blocks of a fused row split over the largest cluster (PlannerTable::fused_split_max's cap): 16, the
+/// non-portable cluster size of sm_90 (kernels opt in per launch).
+constexpr int kMaxFusedSplitBlocks = 16;
+
 /// elements in registers (items == 0: the row is streamed from memory twice instead).
 struct RowShape {
   int vec = 1;              ///< elements per vector access (16 bytes / element size, or 1)
@@ -269,9 +276,12 @@ struct PlannerTable {
   /// The fused backward splits rows too long for one block (above kFusedBlockThreads x
   /// kMaxFusedItems vectors: 8192 16-bit / 4096 fp32 columns) over a cluster of up to this many
   /// blocks (RowShape::split, devices with clusters): each block caches its slice, accumulates
-  /// dgamma/dbeta for it, and the row sums add over the cluster. 0 or 1 = such rows are never fused
-  /// (forcing fused on them throws). At most kMaxSplit. Measured in docs/NOTES.md entry 25.
-  int fused_split_max = 8;
+  /// dgamma/dbeta for it, and the row sums add over the cluster. Rows longer than a portable cluster
+  /// of such blocks holds (65536 16-bit / 32768 fp32 columns) take kFusedWideItems vectors per thread
+  /// and clusters above the portable size (up to kMaxFusedSplit, DeviceFacts::
+  /// max_nonportable_cluster_blocks). 0 or 1 = such rows are never fused (forcing fused on them
+  /// throws). Measured in docs/NOTES.md entries 25 and 26.
+  int fused_split_max = kMaxFusedSplitBlocks;
 };
 
 const PlannerTable& default_planner_table();
@@ -321,6 +331,12 @@ constexpr int row_kernel_min_blocks(int items) {
 constexpr int kMaxFusedItems = 2;
 constexpr int kFusedBlockThreads = 512;
 constexpr int kFusedBlocksPerSm = 1;
+/// Fused rows split over a cluster take kMaxFusedItems vectors per thread up to a portable cluster's
+/// worth (65536 16-bit columns); longer ones take kFusedWideItems, with the row's terms recomputed
+/// from the packed fragment instead of cached as floats (the register budget of kFusedBlockThreads
+/// threads holds the accumulators and the fragment, not both float arrays), over clusters of up to
+/// kMaxFusedSplitBlocks blocks (262144 16-bit / 131072 fp32 columns).
+constexpr int kFusedWideItems = 4;
 /// dx_and_tiled_kernel (Plan::one_launch): its block size at most, the largest tiled band it takes
 /// (Tile-64 and Tile-128 blocks are 32 x 16), and the register budget of 2-item dX rows.
 constexpr int kOneLaunchMaxThreads = 512;

@@ -100,7 +100,7 @@ void launch_backward_dx(const BackwardProblem& p, const Plan& plan, cudaStream_t
   const BackwardParams<T, W> params = make_backward_params<T, W>(p, plan);
   const dim3 grid(unsigned(plan.row.blocks)), block(unsigned(plan.row.block_threads()));
   const std::size_t smem = std::size_t(plan.row.smem_bytes);
-  dispatch_row_shape<T, kMaxRowItems, true, kSplitItems>(plan.row, [&](auto items, auto vec, auto staged, auto split) {
+  dispatch_row_shape<T, kMaxRowItems, true, kSplitItems, 0>(plan.row, [&](auto items, auto vec, auto staged, auto split) {
     void (*kernel)(BackwardParams<T, W>) = p.rms ? backward_dx_kernel<T, W, true, staged(), split(), items(), vec()>
                                                  : backward_dx_kernel<T, W, false, staged(), split(), items(), vec()>;
     allow_dynamic_smem(kernel, plan.row.smem_bytes, "backward_dx_kernel shared memory");

@@ -93,8 +93,9 @@ __device__ __forceinline__ void row_stats(const float* mean, const float* rstd, 
 /// rstd) once per row group and iteration (inactive groups, past M, get zeros and must store
 /// nothing). Only the block's slice of a row is loaded (walk: all N columns unless the row is split
 /// over a cluster). Staged (kStaged: p.stages deep through shared memory, see RowStages) or loaded
-/// straight into registers.
-template <bool kStaged, bool kRms, int ITEMS, int VEC, typename T, typename W, typename Body>
+/// straight into registers. kViews (staged walks only): x and dy are handed over as StagedRowViews,
+/// read slot by slot where the body uses them, instead of RowFragments.
+template <bool kStaged, bool kRms, int ITEMS, int VEC, bool kViews = false, typename T, typename W, typename Body>
 __device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p, const RowGroup& g, const RowWalk& walk,
                                                    Body&& body) {
   const std::int64_t first = walk.unit * p.rows_per_block + g.index;
@@ -126,12 +127,17 @@ __device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p
         [&](std::int64_t it, int s) {
           const std::int64_t r = first + it * row_step;
           const bool active = r < p.rows;
-          RowFragment<T, ITEMS, VEC> xv, dyv;
-          stages.read_row(s, 0, xv, g, n, active);
-          stages.read_row(s, 1, dyv, g, n, active);
           const float mean = (active && !kRms) ? stages.stat(s, 0) : 0.f;
           const float rstd = active ? stages.stat(s, 1) : 0.f;
-          body(r, active, xv, dyv, mean, rstd);
+          if constexpr (kViews) {
+            body(r, active, StagedRowView<T, ITEMS, VEC>{stages, g, s, 0, n, active},
+                 StagedRowView<T, ITEMS, VEC>{stages, g, s, 1, n, active}, mean, rstd);
+          } else {
+            RowFragment<T, ITEMS, VEC> xv, dyv;
+            stages.read_row(s, 0, xv, g, n, active);
+            stages.read_row(s, 1, dyv, g, n, active);
+            body(r, active, xv, dyv, mean, rstd);
+          }
         });
   } else {
     // The block's first row decides (the same for all its threads): no iteration count needed.

@@ -136,6 +136,10 @@ unsigned cluster_grid(Kernel* kernel, unsigned planned_blocks, dim3 block, std::
     if (it != known.end()) {
       clusters = it->second;
     } else {
+      // Clusters above the portable size are launched only by a kernel that opts in (sm_90: up to 16).
+      if (cluster_blocks > kPortableClusterBlocks)
+        check(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+              "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
       cudaLaunchConfig_t config = {};
       config.gridDim = dim3(unsigned(cluster_blocks));
       config.blockDim = block;

@@ -30,6 +30,7 @@ DeviceFacts cuda_device_facts() {
     facts.warp_size = prop.warpSize;
     facts.max_threads_per_block = prop.maxThreadsPerBlock;
     facts.max_cluster_blocks = prop.major >= 9 ? kPortableClusterBlocks : 0;  // thread-block clusters: sm_90 on
+    facts.max_nonportable_cluster_blocks = prop.major >= 9 ? kMaxFusedSplitBlocks : 0;  // sm_90: 16 when opted in
     facts.programmatic_launch = prop.major >= 9;         // programmatic dependent launch: sm_90 on
     if (facts.warp_size != kWarpSize)
       throw CudaError("normkit: device warp size " + std::to_string(facts.warp_size) + " but kernels are built for " +
@@ -110,8 +111,10 @@ void cuda_backward(const BackwardProblem& p, const Plan& plan, void* workspace, 
     using T = decltype(t);
     using W = decltype(w);
     if (plan.strategy == Strategy::Fused) {
-      if (plan.mask.any_gamma_beta()) cuda::launch_fused_backward<T, W>(p, plan, partials, stream);
-      else cuda::launch_backward_dx<T, W>(p, plan, stream);  // no partials to keep: plain dX
+      // dX alone: no partials to keep, plain dX -- unless the row is split over a cluster, whose
+      // layout (the fused kernel's block and items) only the fused kernel has instances for.
+      if (plan.mask.any_gamma_beta() || plan.row.split > 1) cuda::launch_fused_backward<T, W>(p, plan, partials, stream);
+      else cuda::launch_backward_dx<T, W>(p, plan, stream);
       return;
     }
     if (plan.one_launch) {  // dX and the tiled strips in one grid

@@ -192,7 +192,7 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
       plan.row.stages};
   const dim3 grid(unsigned(plan.row.blocks)), block(unsigned(plan.row.block_threads()));
   const std::size_t smem = std::size_t(plan.row.smem_bytes);
-  dispatch_row_shape<T, kMaxRowItems, true, 0>(plan.row, [&](auto items, auto vec, auto staged, auto) {
+  dispatch_row_shape<T, kMaxRowItems, true, 0, 0>(plan.row, [&](auto items, auto vec, auto staged, auto) {
     void (*kernel)(ForwardParams<T, W>) = p.rms ? forward_kernel<T, W, true, staged(), items(), vec()>
                                                : forward_kernel<T, W, false, staged(), items(), vec()>;
     allow_dynamic_smem(kernel, plan.row.smem_bytes, "forward_kernel shared memory");

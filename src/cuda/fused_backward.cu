@@ -70,11 +70,15 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
     if (want_dx) cluster.start();
   }
 
+  // Wide split rows (more than kMaxFusedItems vectors per thread, kFusedWideItems) recompute xhat and
+  // g from the packed row for dx instead of caching them as floats: the cached [ITEMS][VEC] arrays
+  // next to the accumulators would not fit the register budget of kFusedBlockThreads threads.
+  constexpr bool kRecompute = ITEMS > kMaxFusedItems;
   // Staged walks keep the weights for all their rows; unstaged ones load them with each row, in the
-  // same round trip (keep_weights).
-  constexpr bool kKeepWeights = kStaged;
+  // same round trip (keep_weights); the wide rows load them slot by slot where they are used.
+  constexpr bool kKeepWeights = kStaged && !kRecompute;
   const W* weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
-  WeightFragment<W, ITEMS, VEC> w;
+  WeightFragment<W, kRecompute ? 1 : ITEMS, VEC> w;  // unused by the wide rows (they load per slot)
   if constexpr (kKeepWeights) w.load(weight, g, walk.cols, 1.f);
   float acc_dgamma[ITEMS][VEC], acc_dbeta[ITEMS][VEC];
 #pragma unroll
@@ -82,29 +86,77 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
 #pragma unroll
     for (int i = 0; i < VEC; ++i) acc_dgamma[k][i] = acc_dbeta[k][i] = 0.f;
 
-  walk_backward_rows<kStaged, kRms, ITEMS, VEC>(
+  walk_backward_rows<kStaged, kRms, ITEMS, VEC, kRecompute && kStaged>(
       p, g, walk,
-      [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv, const RowFragment<T, ITEMS, VEC>& dyv,
-          float mean, float rstd) {
-        if constexpr (!kKeepWeights) w.load(weight, g, walk.cols, 1.f);
-        RowGrad<ITEMS, VEC> row;
-        row.compute(xv, dyv, w, mean, rstd);
-        // inactive groups hold zeros: they add nothing (dy = 0)
+      [&](std::int64_t r, bool active, const auto& xv, const auto& dyv, float mean, float rstd) {
+        if constexpr (kRecompute) {
+          // The same terms as RowGrad (xhat = (x - mean) * rstd, g = dy * w rounded once), each
+          // computed where it is used, from slots and weights read again for dx (staged: from shared
+          // memory; weights: L1); inactive groups hold zeros and add nothing (dy = 0).
+          const auto weights = [&](int k, float (&wk)[VEC]) {
+            const int col = g.column<VEC>(k);
+            if (weight != nullptr && col < walk.cols) {
+              load_weight_vec<W, VEC>(weight + col, wk);
+            } else {
 #pragma unroll
-        for (int k = 0; k < ITEMS; ++k)
+              for (int i = 0; i < VEC; ++i) wk[i] = 1.f;
+            }
+          };
+          float sums[2] = {0.f, 0.f};
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) {
-            const float dy = dyv.at(k, i);
-            acc_dgamma[k][i] += dy * row.xhat[k][i];
-            acc_dbeta[k][i] += dy;
+          for (int k = 0; k < ITEMS; ++k) {
+            const Pack<T, VEC> xk = xv.pack(k), dyk = dyv.pack(k);
+            float wk[VEC];
+            weights(k, wk);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+              const float dy = dyk.get(i);
+              const float xhat = (xk.get(i) - mean) * rstd;
+              const float gv = __fmul_rn(dy, wk[i]);
+              acc_dgamma[k][i] += dy * xhat;
+              acc_dbeta[k][i] += dy;
+              sums[0] += gv;
+              sums[1] += gv * xhat;
+            }
           }
-        if (want_dx) {
-          float sums[2];
-          row.sums(sums[0], sums[1]);
-          row_group_sum(sums, g.threads, scratch);
-          if constexpr (kSplit) cluster.sum(sums);  // the same rows for every block of the cluster
-          row.template store_dx<kRms>(p.dx.row(active ? r : 0) + walk.col0, rstd, sums[0], sums[1], g, p.inv_cols,
-                                      walk.cols, active);
+          if (want_dx) {
+            row_group_sum(sums, g.threads, scratch);
+            if constexpr (kSplit) cluster.sum(sums);  // the same rows for every block of the cluster
+            const float mean_g = kRms ? 0.f : sums[0] * p.inv_cols, mean_g_xhat = sums[1] * p.inv_cols;
+            T* const dx_row = p.dx.row(active ? r : 0) + walk.col0;
+#pragma unroll
+            for (int k = 0; k < ITEMS; ++k) {
+              const Pack<T, VEC> xk = xv.pack(k), dyk = dyv.pack(k);
+              float wk[VEC];
+              weights(k, wk);
+              store_slot<T, VEC>(dx_row, g, k, walk.cols, active, [&](int i) {
+                const float xhat = (xk.get(i) - mean) * rstd;
+                return rstd * (__fmul_rn(dyk.get(i), wk[i]) - mean_g - xhat * mean_g_xhat);
+              });
+            }
+          }
+          return;
+        } else {
+          if constexpr (!kKeepWeights) w.load(weight, g, walk.cols, 1.f);
+          RowGrad<ITEMS, VEC> row;
+          row.compute(xv, dyv, w, mean, rstd);
+          // inactive groups hold zeros: they add nothing (dy = 0)
+#pragma unroll
+          for (int k = 0; k < ITEMS; ++k)
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+              const float dy = dyv.at(k, i);
+              acc_dgamma[k][i] += dy * row.xhat[k][i];
+              acc_dbeta[k][i] += dy;
+            }
+          if (want_dx) {
+            float sums[2];
+            row.sums(sums[0], sums[1]);
+            row_group_sum(sums, g.threads, scratch);
+            if constexpr (kSplit) cluster.sum(sums);  // the same rows for every block of the cluster
+            row.template store_dx<kRms>(p.dx.row(active ? r : 0) + walk.col0, rstd, sums[0], sums[1], g, p.inv_cols,
+                                        walk.cols, active);
+          }
         }
       });
   // No block of the cluster leaves (its slots are read by the others) before all have read them.
@@ -195,7 +247,7 @@ void launch_fused_backward(const BackwardProblem& p, const Plan& plan, float* pa
   // The row walkers: blocks, or clusters of split rows -- as many as the device holds at once, at
   // most the plan's (cluster_grid), so the partial rows may be fewer than the workspace holds.
   std::int64_t walkers = plan.row.blocks;
-  dispatch_row_shape<T, kMaxFusedItems, false, kMaxFusedItems>(plan.row, [&](auto items, auto vec, auto staged,
+  dispatch_row_shape<T, kMaxFusedItems, false, kMaxFusedItems, kFusedWideItems>(plan.row, [&](auto items, auto vec, auto staged,
                                                                              auto split) {
     void (*kernel)(BackwardParams<T, W>, float*, FusedFinish) =
         p.rms ? fused_backward_kernel<T, W, true, staged(), split(), items(), vec()>

@@ -33,6 +33,8 @@ struct RowFragment {
   Pack<T, VEC> p[ITEMS];
 
   __device__ __forceinline__ float at(int k, int i) const { return p[k].get(i); }
+  /// Slot k (the interface StagedRowView shares).
+  __device__ __forceinline__ Pack<T, VEC> pack(int k) const { return p[k]; }
 
   /// Loads this lane's slots of `row`; slots past N (or every slot when !active) read as 0.
   /// VEC > 1 requires N % VEC == 0 and a 16-byte aligned row (the planner's vec rule).
@@ -133,6 +135,25 @@ struct RowStages {
   __device__ __forceinline__ float stat(int stage, int which) const { return load_shared_4(stat_address(stage, which)); }
 };
 
+/// One staged row of one tensor, read slot by slot where it is used (pack(k): one 16-byte shared load,
+/// zeros past N or when !active) instead of into a RowFragment: for kernels whose registers cannot
+/// hold the fragment across the row sum (the fused kernel's wide rows) and that read a slot twice.
+template <typename T, int ITEMS, int VEC>
+struct StagedRowView {
+  const RowStages<T, ITEMS, VEC, 2>& stages;
+  const RowGroup& g;
+  int stage;
+  int tensor;
+  int n;
+  bool active;
+  __device__ __forceinline__ Pack<T, VEC> pack(int k) const {
+    Pack<T, VEC> v;
+    if (active && g.column<VEC>(k) < n) load_shared_16(stages.slot_address(stage, tensor, k), v);
+    else v.zero();
+    return v;
+  }
+};
+
 /// Which rows and columns this block walks (RowShape::split). Unsplit: block b of the grid walks row
 /// groups b * rows_per_block + g, stepping by the grid, over all N columns. Split: the grid is made of
 /// clusters of `split` blocks; cluster c walks the rows as block c would, and its block of rank r owns
@@ -187,7 +208,7 @@ template <int K>
 struct ClusterSum {
   struct Storage {
     unsigned long long arrived[2];     // mbarriers, one per slot buffer
-    float slots[2][kMaxSplit][K];      // [buffer][sender rank][value]
+    float slots[2][kMaxFusedSplitBlocks > kMaxSplit ? kMaxFusedSplitBlocks : kMaxSplit][K];  // [buffer][sender rank][value]
   };
   Storage& storage;
   int split;
@@ -396,40 +417,52 @@ using IntConst = std::integral_constant<int, V>;
 /// 4, 8} up to kMaxItems, 0 (streaming) when kStreaming, vec in {1, 16 / sizeof(T)}, staged ones for
 /// cached rows of 16-byte vectors, and split ones for kSplitInstanceItems items of 16-byte vectors
 /// only (0: the kernel has no split instances; the planner's split rules, split_rows and fused_split
-/// in planner.cpp, use exactly these items).
+/// in planner.cpp, use exactly these items) -- and for kWideSplitItems (0: none), which may exceed
+/// kMaxItems: such items have split instances only.
 template <bool V>
 using BoolConst = std::integral_constant<bool, V>;
 
-template <typename T, int kMaxItems, bool kStreaming, int kSplitInstanceItems, typename F>
+template <typename T, int kMaxItems, bool kStreaming, int kSplitInstanceItems, int kWideSplitItems, typename F>
 void dispatch_row_shape(const RowShape& shape, F&& f) {
   constexpr int kVec = int(16 / sizeof(T));
   auto call = [&](auto items, auto vec) {
     if constexpr (items() > 0 && vec() > 1) {
-      if constexpr (kSplitInstanceItems > 0 && items() == kSplitInstanceItems && vec() == kVec) {
+      constexpr bool kSplitInstance =
+          (kSplitInstanceItems > 0 && items() == kSplitInstanceItems) || (kWideSplitItems > 0 && items() == kWideSplitItems);
+      if constexpr (kSplitInstance && vec() == kVec) {
         if (shape.split > 1) {
           if (shape.stages > 0) f(items, vec, BoolConst<true>{}, BoolConst<true>{});
           else f(items, vec, BoolConst<false>{}, BoolConst<true>{});
           return;
         }
       }
+    }
+    // A split plan on an unsplit instance would walk only the first slice of every row: never.
+    if (shape.split > 1)
+      throw CudaError("normkit: internal error: no split kernel instance for items = " + std::to_string(shape.items) +
+                      ", vec = " + std::to_string(shape.vec));
+    if constexpr (items() > 0 && vec() > 1 && items() <= kMaxItems) {
       if (shape.stages > 0) {
         f(items, vec, BoolConst<true>{}, BoolConst<false>{});
         return;
       }
     }
-    if (shape.split > 1)
-      throw CudaError("normkit: internal error: no split kernel instance for items = " + std::to_string(shape.items) +
-                      ", vec = " + std::to_string(shape.vec));
-    if (shape.stages > 0)
-      throw CudaError("normkit: internal error: no staged kernel instance for items = " + std::to_string(shape.items) +
-                      ", vec = " + std::to_string(shape.vec));
-    f(items, vec, BoolConst<false>{}, BoolConst<false>{});
+    if constexpr (items() > kMaxItems) {
+      throw CudaError("normkit: internal error: items = " + std::to_string(shape.items) +
+                      " has split kernel instances only (vec = " + std::to_string(shape.vec) + ", split = " +
+                      std::to_string(shape.split) + ")");
+    } else {
+      if (shape.stages > 0)
+        throw CudaError("normkit: internal error: no staged kernel instance for items = " +
+                        std::to_string(shape.items) + ", vec = " + std::to_string(shape.vec));
+      f(items, vec, BoolConst<false>{}, BoolConst<false>{});
+    }
   };
   auto with_vec = [&](auto vec) {
     switch (shape.items) {
       case 1: call(IntConst<1>{}, vec); return;
       case 2: call(IntConst<2>{}, vec); return;
-      case 4: if constexpr (kMaxItems >= 4) { call(IntConst<4>{}, vec); return; } break;
+      case 4: if constexpr (kMaxItems >= 4 || kWideSplitItems == 4) { call(IntConst<4>{}, vec); return; } break;
       case 8: if constexpr (kMaxItems >= 8) { call(IntConst<8>{}, vec); return; } break;
       case 0: if constexpr (kStreaming) { call(IntConst<0>{}, vec); return; } break;
       default: break;

@@ -161,32 +161,50 @@ bool split_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const 
   return true;
 }
 
-/// Blocks of a fused row split over a cluster (1: the row fits one block): the fused backward holds
-/// its dgamma/dbeta accumulators in registers next to the cached row, kMaxFusedItems vectors per
-/// thread in a block of kFusedBlockThreads threads; longer 16-byte vectorised rows take a cluster
-/// of up to PlannerTable::fused_split_max (and kMaxSplit) such blocks. 0: no fused layout holds the
-/// row (`why` says so).
-int fused_split(const Problem& p, const PlannerTable& t, std::string* why) {
+/// How the fused backward lays out a row too long for one block: `split` blocks of a cluster (1: the
+/// row fits one block; 0: no fused layout holds it), each caching `items` vectors per thread of its
+/// slice.
+struct FusedSplit {
+  int split = 0;
+  int items = 0;
+};
+
+/// The fused backward holds its dgamma/dbeta accumulators in registers next to the cached row,
+/// kMaxFusedItems vectors per thread in a block of kFusedBlockThreads threads. Longer 16-byte
+/// vectorised rows are split over a cluster of such blocks, up to the portable cluster size; longer
+/// still, blocks of kFusedWideItems vectors per thread (recomputing the row's terms) over clusters of
+/// up to PlannerTable::fused_split_max (at most kMaxFusedSplitBlocks). `why` says why not, when not.
+FusedSplit fused_split(const Problem& p, const PlannerTable& t, std::string* why) {
   const int vec = vector_width(p);
   const std::int64_t vectors = ceil_div(std::max<std::int64_t>(p.cols, 1), vec);
   const std::int64_t capacity = std::int64_t(kFusedBlockThreads) * kMaxFusedItems;
-  if (vectors <= capacity) return 1;
-  const int cap = vec > 1 ? std::min(t.fused_split_max, kMaxSplit) : 1;
-  if (cap >= 2 && vectors <= capacity * cap) return int(ceil_div(vectors, capacity));
+  if (vectors <= capacity) return {1, 0};
+  const int cap = vec > 1 ? std::min(t.fused_split_max, kMaxFusedSplitBlocks) : 1;
+  const int portable_cap = std::min(cap, kPortableClusterBlocks);
+  if (portable_cap >= 2 && vectors <= capacity * portable_cap) return {int(ceil_div(vectors, capacity)), kMaxFusedItems};
+  const std::int64_t wide_capacity = std::int64_t(kFusedBlockThreads) * kFusedWideItems;
+  if (cap >= 2 && vectors <= wide_capacity * cap) return {int(ceil_div(vectors, wide_capacity)), kFusedWideItems};
   if (why) {
     std::ostringstream os;
     os << "fused keeps a row in registers: N = " << p.cols << " needs " << vectors << " vectors of " << vec
        << " elements, more than its " << capacity << " per block (rows up to " << capacity * vec << " elements";
-    if (cap >= 2) os << ", or " << capacity * cap * vec << " split over a cluster of " << cap << " blocks";
+    if (cap >= 2) os << ", or " << wide_capacity * cap * vec << " split over a cluster of " << cap << " blocks";
     else if (vec > 1) os << "; fused_split_max = " << t.fused_split_max << " splits no row over a cluster";
     else os << "; rows that are not 16-byte vectorised are never split over a cluster";
     os << ")";
     *why = os.str();
   }
-  return 0;
+  return {};
 }
 
-bool fused_fits(const Problem& p, const PlannerTable& t, std::string* why) { return fused_split(p, t, why) > 0; }
+bool fused_fits(const Problem& p, const PlannerTable& t, std::string* why) { return fused_split(p, t, why).split > 0; }
+
+/// Whether the device launches a cluster of `blocks` blocks: the portable sizes where it has clusters
+/// at all, larger ones up to DeviceFacts::max_nonportable_cluster_blocks (the kernel opts in).
+bool device_holds_cluster(const DeviceFacts& device, int blocks) {
+  return device.max_cluster_blocks >= 2 &&
+         (blocks <= device.max_cluster_blocks || blocks <= device.max_nonportable_cluster_blocks);
+}
 
 /// Column strips of the tiled and two-pass kernels: 32 lanes of `vec` columns each. Vectorised
 /// strips read 16 bytes per lane (a warp reads 512 contiguous bytes of a row instead of 64 for
@@ -266,15 +284,15 @@ std::size_t partial_bytes(std::int64_t partial_rows, const Problem& p) {
 /// thread of its slice (one row group of kFusedBlockThreads threads per block; `blocks` is set by
 /// the caller).
 RowShape fused_row_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
-  const int split = fused_split(p, t, nullptr);
-  if (split >= 2) {
+  const FusedSplit fs = fused_split(p, t, nullptr);
+  if (fs.split >= 2) {
     RowShape s;
     s.vec = vector_width(p);
-    s.items = kMaxFusedItems;
+    s.items = fs.items;
     s.threads_per_row = kFusedBlockThreads;
     s.rows_per_block = 1;
-    s.split = split;
-    s.slice_cols = int(ceil_div(row_vectors(p), split) * s.vec);
+    s.split = fs.split;
+    s.slice_cols = int(ceil_div(row_vectors(p), fs.split) * s.vec);
     return s;
   }
   const int items_target = short_vector_rows(p, t) ? t.fused_short_row_items_target : t.row_items_target;
@@ -287,7 +305,7 @@ RowShape fused_row_shape(const Problem& p, const DeviceFacts& device, const Plan
 int fused_cluster_blocks(const Problem& p, const DeviceFacts& device, const PlannerTable& t, int rows_per_block) {
   const int cap = std::min(t.fused_cluster_max_blocks, device.max_cluster_blocks);
   if (!p.mask.any_gamma_beta() || cap < 2 || p.rows * p.cols > t.fused_cluster_max_elements ||
-      p.cols > t.fused_cluster_max_cols || fused_split(p, t, nullptr) != 1)
+      p.cols > t.fused_cluster_max_cols || fused_split(p, t, nullptr).split != 1)
     return 0;
   const std::int64_t blocks = std::min<std::int64_t>(cap, ceil_div(p.rows, std::max(1, rows_per_block)));
   return blocks >= 2 ? int(blocks) : 0;  // one block writes dgamma/dbeta directly anyway
@@ -331,8 +349,8 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const bool fused_layout = vectorised || p.cols <= t.fused_unaligned_max_cols;
   // Rows split over a cluster are fused only with dX (that is what saves the second read of x and dy)
   // and only where the device has clusters.
-  const int split = fused_split(p, t, nullptr);
-  const bool fused_rows = split == 1 || (split >= 2 && p.mask.dx && device.max_cluster_blocks >= split);
+  const int split = fused_split(p, t, nullptr).split;
+  const bool fused_rows = split == 1 || (split >= 2 && p.mask.dx && device_holds_cluster(device, split));
   if (t.fused_enabled && fused_size && fused_layout && fused_rows) return Strategy::Fused;
   // dX and tiled strips in one launch beat simple (dX + a second launch) on the few rows simple takes
   // (bf16 sweep at 4345a27, full backward, M = 1: 1.53 vs 1.79 us at N = 64, 1.65 vs 1.85 at 768).
@@ -415,11 +433,13 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
   if (strategy == Strategy::Fused) {
     out.row = fused_row_shape(p, device, t);
     const int split = out.row.split;
-    if (split > 1 && split > device.max_cluster_blocks)
+    if (split > 1 && !device_holds_cluster(device, split))
       throw Error("normkit: strategy 'fused' cannot serve " + std::string(op_name(p.op)) + " with M = " +
                   std::to_string(p.rows) + ", N = " + std::to_string(p.cols) + ": its row needs a cluster of " +
                   std::to_string(split) + " blocks and this device holds clusters of at most " +
-                  std::to_string(device.max_cluster_blocks));
+                  std::to_string(device.max_cluster_blocks < 2 ? 0
+                                                               : std::max(device.max_cluster_blocks,
+                                                                          device.max_nonportable_cluster_blocks)));
     // Persistent grid: kFusedBlocksPerSm co-resident blocks per SM (the kernel's launch bounds
     // guarantee the registers), fewer when M is small so the partials stay small. Split rows: the
     // row walkers are clusters of `split` blocks (the launch caps them further to the clusters the
@@ -601,7 +621,11 @@ const TableKey kTableKeys[] = {
                                                             : std::string();
                                  }),
     key<&Table::row_split_max>("row_split_max", portable_cluster_check),
-    key<&Table::fused_split_max>("fused_split_max", portable_cluster_check),
+    key<&Table::fused_split_max>("fused_split_max", [](long long v) {
+      return v > kMaxFusedSplitBlocks ? "must be at most " + std::to_string(kMaxFusedSplitBlocks) +
+                                            " (the largest cluster the fused kernel launches)"
+                                      : std::string();
+    }),
 };
 
 /// Keys of older tables, with what replaced them (a clear error instead of "unknown key").

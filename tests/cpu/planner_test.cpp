@@ -358,23 +358,25 @@ TEST(Planner, FusedWorkspaceAndSupport) {
   const Plan dx_only = normkit::plan(backward(131072, 4096, DType::BF16, {true, false, false}), DeviceFacts::h200(),
                                      Strategy::Fused);
   EXPECT_EQ(dx_only.workspace_bytes, 0u);
-  // widest fused row: kFusedBlockThreads * kMaxFusedItems vectors per block, split over at most
-  // kMaxSplit blocks (fused_split_max)
-  const std::int64_t widest = std::int64_t(kFusedBlockThreads) * kMaxFusedItems * 8 * kMaxSplit;
+  // widest fused row: kFusedBlockThreads * kFusedWideItems vectors per block, split over at most
+  // kMaxFusedSplitBlocks blocks (fused_split_max): 262144 16-bit columns
+  const std::int64_t widest = std::int64_t(kFusedBlockThreads) * kFusedWideItems * 8 * kMaxFusedSplitBlocks;
+  EXPECT_EQ(widest, 262144);
   EXPECT_TRUE(strategy_supported(backward(16, widest, DType::BF16), Strategy::Fused));
   std::string why;
   EXPECT_FALSE(strategy_supported(backward(16, widest + 8, DType::BF16), Strategy::Fused, &why));
   EXPECT_NE(why.find("registers"), std::string::npos) << why;
-  EXPECT_NE(why.find("cluster of 8"), std::string::npos) << why;
+  EXPECT_NE(why.find("cluster of 16"), std::string::npos) << why;
   try {
-    normkit::plan(backward(16, 262144, DType::BF16), DeviceFacts::h200(), Strategy::Fused);
+    normkit::plan(backward(16, widest + 8, DType::BF16), DeviceFacts::h200(), Strategy::Fused);
     FAIL() << "forcing fused on a row it cannot hold must throw";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("fused"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("262144"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("262152"), std::string::npos) << e.what();
   }
   // auto falls back to the unfused strategies for such rows, it does not fail
-  EXPECT_NE(normkit::plan(backward(2048, 262144, DType::BF16), DeviceFacts::h200()).strategy, Strategy::Fused);
+  EXPECT_NE(normkit::plan(backward(2048, widest + 8, DType::BF16, {true, true, true}), DeviceFacts::h200()).strategy,
+            Strategy::Fused);
 }
 
 // The fused backward splits rows longer than one block holds (kFusedBlockThreads x kMaxFusedItems
@@ -415,6 +417,33 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
       EXPECT_EQ(normkit::plan(gb, h200, Strategy::Fused).row.split, c.split) << where;  // forced: served
     }
   }
+  // rows longer than a portable cluster of 2-item blocks: 4-item blocks, clusters above the portable
+  // size where needed (the device opts in); a device without such clusters does not fuse them
+  const struct { std::int64_t n; DType t; int split; int slice; } wide[] = {
+      {65544, DType::BF16, 5, 13112}, {131072, DType::BF16, 8, 16384}, {262144, DType::BF16, 16, 16384},
+      {65536, DType::F32, 8, 8192},   {131072, DType::F32, 16, 8192}};
+  for (const auto& c : wide) {
+    const Problem p = backward(4096, c.n, c.t, full);
+    const std::string where = std::string(dtype_name(c.t)) + " N = " + std::to_string(c.n);
+    const Plan plan = normkit::plan(p, h200, Strategy::Fused);
+    EXPECT_EQ(plan.row.split, c.split) << where;
+    EXPECT_EQ(plan.row.slice_cols, c.slice) << where;
+    EXPECT_EQ(plan.row.items, kFusedWideItems) << where;
+    EXPECT_EQ(plan.row.threads_per_row, kFusedBlockThreads) << where;
+    EXPECT_EQ(plan.row.blocks, h200.sm_count / c.split * c.split) << where;
+    EXPECT_EQ(plan.partial_rows, h200.sm_count / c.split) << where;
+    EXPECT_GT(plan.row.stages, 1) << where;
+    EXPECT_EQ(normkit::plan(p, h200).strategy, Strategy::Fused) << where;
+    DeviceFacts portable_only = h200;
+    portable_only.max_nonportable_cluster_blocks = 0;
+    EXPECT_EQ(normkit::plan(p, portable_only).strategy == Strategy::Fused, c.split <= 8) << where;
+    if (c.split > 8) EXPECT_THROW(normkit::plan(p, portable_only, Strategy::Fused), Error) << where;
+  }
+  PlannerTable eight;
+  eight.fused_split_max = 8;
+  EXPECT_EQ(normkit::plan(backward(4096, 131072, DType::BF16, full), h200, Strategy::Fused, eight).row.split, 8);
+  EXPECT_FALSE(strategy_supported(backward(4096, 262144, DType::BF16, full), Strategy::Fused, nullptr, eight));
+
   // few rows: clusters of fused_min_rows_per_block rows each (7 rows: 4 clusters); one row: one
   // walker writes dgamma/dbeta itself
   EXPECT_EQ(normkit::plan(backward(7, 65536, DType::BF16, full), h200, Strategy::Fused).row.blocks, 4 * 8);
@@ -449,11 +478,11 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
   // unvectorised rows are never split
   EXPECT_FALSE(strategy_supported(backward(16, 16385, DType::BF16), Strategy::Fused, &why));
   EXPECT_NE(why.find("16-byte"), std::string::npos) << why;
-  // the key is read and written, and capped at the portable cluster size
+  // the key is read and written, and capped at the largest cluster the fused kernel launches
   const std::string path = ::testing::TempDir() + "normkit_fused_split_table.txt";
   { std::ofstream(path) << "fused_split_max = 4\n"; }
   EXPECT_EQ(load_planner_table(path).fused_split_max, 4);
-  { std::ofstream(path) << "fused_split_max = 16\n"; }
+  { std::ofstream(path) << "fused_split_max = 17\n"; }
   EXPECT_THROW(load_planner_table(path), Error);
   std::remove(path.c_str());
 }

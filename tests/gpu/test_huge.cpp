@@ -164,6 +164,7 @@ TEST_P(WideRows, ForwardAndBackwardMatchReference) { check_forward_and_backward(
 
 INSTANTIATE_TEST_SUITE_P(Wide, WideRows,
                          testing::Values(ln_spec("ln_M8_N262144_bf16", 8, 262144, DT::BF16),
+                                         ln_spec("ln_M1_N262144_bf16", 1, 262144, DT::BF16),
                                          ln_spec("ln_M3_N262144_bf16", 3, 262144, DT::BF16),
                                          ln_spec("ln_M4_N131072_f32", 4, 131072, DT::F32),
                                          ln_spec("ln_M300_N131072_f32", 300, 131072, DT::F32),
@@ -195,6 +196,8 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
   if (HasFailure()) return;
   const auto hc = make_host_case(spec);
   const DeviceCase dc = upload_case(*hc, test_stream());
+  // dX alone through the fused split (no partials: only the cluster's row sums)
+  check_backward(*hc, dc, reference_backward(*hc), Mask{true, false, false}, Strategy::Fused, test_stream());
   const BackwardOut first = gpu_backward(*hc, dc, spec.full_mask(), Strategy::Auto, test_stream());
   ASSERT_TRUE(first.ran);
   ASSERT_GT(first.plan.row.split, 1) << "expected dX on split rows: " << first.plan.describe();
@@ -216,6 +219,8 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
 
 // Blocks per row (16-bit: 1024 vectors of 8 per block): 65536 -> 8, 57352 -> 8 with a short last
 // slice, 16384 -> 2, 12296 -> 2 with unequal slices; fp32 (1024 vectors of 4): 32768 -> 8, 20000 -> 5.
+// The fused kernel's wide rows (2048 vectors per block): 262144 16-bit and 131072 fp32 -> 16, 131072
+// 16-bit -> 8; the dX kernel streams these (auto fuses them: enough bytes).
 // M from fewer rows than clusters (7) to many rows per cluster.
 INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                          testing::Values(ln_spec("ln_M300_N65536_bf16", 300, 65536, DT::BF16),
@@ -226,7 +231,12 @@ INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                                          ln_spec("ln_M64_N20000_f32", 64, 20000, DT::F32),
                                          rms_spec("rms_M333_N32768_f32", 333, 32768, DT::F32),
                                          split_strided(ln_spec("ln_M100_N16384_bf16_pad8_16_24", 100, 16384, DT::BF16)),
-                                         split_no_weight(ln_spec("ln_M200_N24576_bf16_noweight", 200, 24576, DT::BF16))),
+                                         split_no_weight(ln_spec("ln_M200_N24576_bf16_noweight", 200, 24576, DT::BF16)),
+                                         // fused wide rows (kFusedWideItems per thread): 16 blocks a row
+                                         // (non-portable clusters) and 8
+                                         ln_spec("ln_M40_N262144_bf16", 40, 262144, DT::BF16),
+                                         rms_spec("rms_M40_N131072_f32", 40, 131072, DT::F32),
+                                         split_no_weight(ln_spec("ln_M70_N131072_f16_noweight", 70, 131072, DT::F16))),
                          spec_name);
 
 // ---- mixed precision: fp32 weight/bias/dweight/dbias with fp16/bf16 activations ----
