@@ -153,6 +153,11 @@ struct PlannerTable {
   std::int64_t two_pass_min_rows = 384;
   std::int64_t two_pass_min_rows_per_strip = 16;
   std::int64_t two_pass_min_rows_per_strip_with_dx = 24;
+  /// Tiled is taken at any M once its strips number at least this percent of the SMs (they fill the
+  /// GPU; 100 = one strip per SM). bf16 sweep at 3440edf, gamma/beta alone, N = 4097 (129 strips on
+  /// 132 SMs): tiled 0.58-0.96x two-pass at M = 255..65535. Vectorised strips count vec times in the
+  /// strips x two_pass_min_rows_per_strip rule above (docs/NOTES.md entry 27).
+  std::int64_t tiled_full_grid_percent = 97;
   /// fused backward: used by auto whenever the row fits the register-cached layout
   bool fused_enabled = true;
   /// ... and only from fused_min_bytes of x (M x N x element size) on, with rows of at least

@@ -351,7 +351,13 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   // and only where the device has clusters.
   const int split = fused_split(p, t, nullptr).split;
   const bool fused_rows = split == 1 || (split >= 2 && p.mask.dx && device_holds_cluster(device, split));
-  if (t.fused_enabled && fused_size && fused_layout && fused_rows) return Strategy::Fused;
+  // Rows longer than the dX kernel's split covers are streamed by it, one block a row and read twice:
+  // few of them leave the GPU nearly idle, so fused takes them at any M (bf16 sweep at 3440edf, N =
+  // 262144 full backward: M = 1 fused 22 vs 60 us, M = 7 43 vs 65, M = 64 95 vs 119; M = 255 265 vs
+  // tiled 254, M = 1024 950 vs 994).
+  RowShape dx_rows = row_kernel_shape(p, device, t);
+  const bool dx_streams = split >= 2 && dx_rows.items == 0 && !split_rows(dx_rows, p, device, t);
+  if (t.fused_enabled && (fused_size || dx_streams) && fused_layout && fused_rows) return Strategy::Fused;
   // dX and tiled strips in one launch beat simple (dX + a second launch) on the few rows simple takes
   // (bf16 sweep at 4345a27, full backward, M = 1: 1.53 vs 1.79 us at N = 64, 1.65 vs 1.85 at 768).
   Plan tiled;
@@ -365,10 +371,16 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   // Tiled (one block per column strip walking all M) is best while the strips alone fill the
   // GPU or M is too small to split; otherwise two-pass splits M so every SM has work (the seed's
   // "mixed" rule, which removes its chess board).
+  // A vectorised strip carries vec columns a lane: it counts as vec strips of work (bf16 sweep at
+  // 3440edf, gamma/beta alone, N = 16384, 64 strips of 8: tiled 0.85-0.99x two-pass up to M = 4097).
+  // Strips within tiled_full_grid_percent of the SM count fill the GPU (N = 4097, 129 strips: tiled
+  // 0.58-0.96x two-pass at every M of that sweep).
   const std::int64_t per_strip = p.mask.dx ? t.two_pass_min_rows_per_strip_with_dx : t.two_pass_min_rows_per_strip;
+  const std::int64_t strip_work = tiled_strips.col_blocks * tiled_strips.vec;
   const std::int64_t two_pass_rows =
-      std::max({2 * t.two_pass_min_rows_per_part, t.two_pass_min_rows, tiled_strips.col_blocks * per_strip});
-  if (tiled_strips.col_blocks >= device.sm_count || p.rows < two_pass_rows)
+      std::max({2 * t.two_pass_min_rows_per_part, t.two_pass_min_rows, strip_work * per_strip});
+  if (tiled_strips.col_blocks * 100 >= std::int64_t(device.sm_count) * t.tiled_full_grid_percent ||
+      p.rows < two_pass_rows)
     return Strategy::Tiled;
   return Strategy::TwoPass;
 }
@@ -583,6 +595,7 @@ const TableKey kTableKeys[] = {
     key<&Table::two_pass_min_rows>("two_pass_min_rows"),
     key<&Table::two_pass_min_rows_per_strip>("two_pass_min_rows_per_strip"),
     key<&Table::two_pass_min_rows_per_strip_with_dx>("two_pass_min_rows_per_strip_with_dx"),
+    key<&Table::tiled_full_grid_percent>("tiled_full_grid_percent"),
     key<&Table::fused_enabled>("fused_enabled"),
     key<&Table::fused_min_bytes>("fused_min_bytes"),
     key<&Table::fused_min_row_bytes>("fused_min_row_bytes"),

@@ -171,10 +171,20 @@ TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
   const std::int64_t cut1024 = std::max(t.two_pass_min_rows, 32 * t.two_pass_min_rows_per_strip_with_dx);
   EXPECT_EQ(with_dx(cut1024 - 1, 1024), Strategy::Tiled);
   EXPECT_EQ(with_dx(cut1024, 1024), Strategy::TwoPass);
-  // ... and never once the column strips (32 lanes of 8 fp16 columns) alone fill the GPU
-  const std::int64_t strip = kWarpSize * 8, wide = std::int64_t(h200.sm_count) * strip;
-  EXPECT_EQ(strategy(1 << 16, wide - strip), Strategy::TwoPass);
-  EXPECT_EQ(strategy(1 << 16, wide), Strategy::Tiled);
+  // ... and never once the column strips (32 lanes of 8 fp16 columns) alone fill the GPU: at least
+  // tiled_full_grid_percent of its SMs (129 strips on the H200's 132)
+  const std::int64_t strip = kWarpSize * 8;
+  const std::int64_t full = (std::int64_t(h200.sm_count) * t.tiled_full_grid_percent + 99) / 100;
+  EXPECT_EQ(full, 129);
+  EXPECT_EQ(strategy(1 << 16, (full - 1) * strip), Strategy::TwoPass);
+  EXPECT_EQ(strategy(1 << 16, full * strip), Strategy::Tiled);
+  // vectorised strips count vec times in strips x two_pass_min_rows_per_strip: N = 16384, 64 strips of 8
+  const std::int64_t cut16384 = 64 * 8 * t.two_pass_min_rows_per_strip;
+  EXPECT_EQ(strategy(cut16384 - 1, 16384), Strategy::Tiled);
+  EXPECT_EQ(strategy(cut16384, 16384), Strategy::TwoPass);
+  // scalar strips just short of filling the GPU (N = 4097: 129 strips) take tiled at any M
+  EXPECT_EQ(strategy(1 << 16, 4097), Strategy::Tiled);
+  EXPECT_EQ(strategy(1 << 16, 4065), Strategy::TwoPass);  // 128 strips
 }
 
 // The sweep-measured rules (docs/NOTES.md, entry 9): very wide scalar rows take simple, narrow rows with
@@ -438,6 +448,14 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
     portable_only.max_nonportable_cluster_blocks = 0;
     EXPECT_EQ(normkit::plan(p, portable_only).strategy == Strategy::Fused, c.split <= 8) << where;
     if (c.split > 8) EXPECT_THROW(normkit::plan(p, portable_only, Strategy::Fused), Error) << where;
+  }
+  // rows the dX kernel would stream (beyond its split) are fused at any M with dX (sweep at 3440edf);
+  // rows its split covers keep the size rules
+  for (std::int64_t m : {1, 7, 64}) {
+    EXPECT_EQ(normkit::plan(backward(m, 262144, DType::BF16, full), h200).strategy, Strategy::Fused) << m;
+    EXPECT_EQ(normkit::plan(backward(m, 131072, DType::F32, full), h200).strategy, Strategy::Fused) << m;
+    EXPECT_NE(normkit::plan(backward(m, 65536, DType::BF16, full), h200).strategy, Strategy::Fused) << m;
+    EXPECT_NE(normkit::plan(backward(m, 262144, DType::BF16), h200).strategy, Strategy::Fused) << m;  // no dX
   }
   PlannerTable eight;
   eight.fused_split_max = 8;
@@ -864,6 +882,7 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.row_block_threads = 512;
   t.row_pipeline_stages = 3;
   t.row_split_max = 4;
+  t.tiled_full_grid_percent = 55;
   t.fused_split_max = 2;
   t.small_grid_blocks = 3;
   t.small_grid_items_target = 1;
