@@ -169,7 +169,8 @@ struct PlannerTable {
   /// 1.03-1.16x at 4096 x 768..1024 bf16 and 1.15x at 512 x 4096. Known losses of the rule: M = 4096,
   /// N = 256 (fused 0.88x) and RMSNorm 2048 x 512 (0.90x). 8 -> 16 MiB at a602991, where tiled had
   /// become faster at small M (fp16 sweep): LayerNorm 1024 x 4096 tiled 15.7 vs fused 19.7 us; 2048 x
-  /// 2048 a tie (18.8 us); fused still ahead from 2048 x 4096 (27.0 vs 32.1 us tiled).
+  /// 2048 a tie (18.8 us); fused still ahead from 2048 x 4096 (27.0 vs 32.1 us tiled). Rows the dX
+  /// kernel would stream (longer than its split covers) are fused at any size (docs/NOTES.md entry 27).
   std::int64_t fused_min_bytes = 16 << 20;
   std::int64_t fused_min_row_bytes = 4096;
   /// ... or from this many rows on, whatever N (narrow rows with huge M: fused 1.8-4.9x faster than
