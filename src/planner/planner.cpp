@@ -355,8 +355,10 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   // few of them leave the GPU nearly idle, so fused takes them at any M (bf16 sweep at 3440edf, N =
   // 262144 full backward: M = 1 fused 22 vs 60 us, M = 7 43 vs 65, M = 64 95 vs 119; M = 255 265 vs
   // tiled 254, M = 1024 950 vs 994).
-  RowShape dx_rows = row_kernel_shape(p, device, t);
-  const bool dx_streams = split >= 2 && dx_rows.items == 0 && !split_rows(dx_rows, p, device, t);
+  const bool dx_streams = split >= 2 && [&] {
+    RowShape dx_rows = row_kernel_shape(p, device, t);
+    return dx_rows.items == 0 && !split_rows(dx_rows, p, device, t);
+  }();
   if (t.fused_enabled && (fused_size || dx_streams) && fused_layout && fused_rows) return Strategy::Fused;
   // dX and tiled strips in one launch beat simple (dX + a second launch) on the few rows simple takes
   // (bf16 sweep at 4345a27, full backward, M = 1: 1.53 vs 1.79 us at N = 64, 1.65 vs 1.85 at 768).
