@@ -57,14 +57,14 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
       }
       row_group_sum2(sum_g, sum_g_xhat, g.threads, scratch);
       if (active) {
-        const float mean_g = kRms ? 0.f : sum_g * p.inv_cols, mean_g_xhat = sum_g_xhat * p.inv_cols;
+        const DxOfRow<kRms> dx_of(rstd, sum_g, sum_g_xhat, p.inv_cols);
         T* dx_row = p.dx.row(r);
         stream_row<VEC>(g, p.cols, load, [&](int u, int col) {
           float w[VEC], dx[VEC];
           weights(col, w);
 #pragma unroll
           for (int i = 0; i < VEC; ++i)
-            dx[i] = rstd * (__fmul_rn(dys.at(u, i), w[i]) - mean_g - (xs.at(u, i) - mean) * rstd * mean_g_xhat);
+            dx[i] = dx_of(__fmul_rn(dys.at(u, i), w[i]), (xs.at(u, i) - mean) * rstd);
           store_vec<T, VEC>(dx_row + col, dx);
         });
       }

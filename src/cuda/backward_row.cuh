@@ -32,6 +32,19 @@ struct BackwardParams {
 template <typename T, typename W>
 BackwardParams<T, W> make_backward_params(const BackwardProblem& p, const Plan& plan);
 
+/// dx of one element from its terms, with the row means taken from the row sums over N columns
+/// (inv_cols = 1 / N): dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), RMSNorm without mean(g).
+/// Shared by the cached rows (RowGrad::store_dx), the fused kernel's wide rows and the streamed dX.
+template <bool kRms>
+struct DxOfRow {
+  float rstd, mean_g, mean_g_xhat;
+  __device__ __forceinline__ DxOfRow(float rstd_, float sum_g, float sum_g_xhat, float inv_cols)
+      : rstd(rstd_), mean_g(kRms ? 0.f : sum_g * inv_cols), mean_g_xhat(sum_g_xhat * inv_cols) {}
+  __device__ __forceinline__ float operator()(float g, float xhat) const {
+    return rstd * (g - mean_g - xhat * mean_g_xhat);
+  }
+};
+
 /// One row's backward terms for this lane's slots, each computed once in fp32 registers and used
 /// by the row sums, dx and the fused gamma/beta accumulators:
 ///   xhat = (x - mean) * rstd (RMSNorm: mean = 0),  g = dy * w.
@@ -73,12 +86,10 @@ struct RowGrad {
   template <bool kRms, typename T>
   __device__ __forceinline__ void store_dx(T* dx_row, float rstd, float sum_g, float sum_g_xhat, const RowGroup& grp,
                                            float inv_cols, int n, bool active) const {
-    const float mean_g = kRms ? 0.f : sum_g * inv_cols;
-    const float mean_g_xhat = sum_g_xhat * inv_cols;
+    const DxOfRow<kRms> dx(rstd, sum_g, sum_g_xhat, inv_cols);
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k)
-      store_slot<T, VEC>(dx_row, grp, k, n, active,
-                         [&](int i) { return rstd * (g[k][i] - mean_g - xhat[k][i] * mean_g_xhat); });
+      store_slot<T, VEC>(dx_row, grp, k, n, active, [&](int i) { return dx(g[k][i], xhat[k][i]); });
   }
 };
 

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
           if (want_dx) {
             row_group_sum(sums, g.threads, scratch);
             if constexpr (kSplit) cluster.sum(sums);  // the same rows for every block of the cluster
-            const float mean_g = kRms ? 0.f : sums[0] * p.inv_cols, mean_g_xhat = sums[1] * p.inv_cols;
+            const DxOfRow<kRms> dx(rstd, sums[0], sums[1], p.inv_cols);
             T* const dx_row = p.dx.row(active ? r : 0) + walk.col0;
 #pragma unroll
             for (int k = 0; k < ITEMS; ++k) {
@@ -130,12 +130,10 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
               float wk[VEC];
               weights(k, wk);
               store_slot<T, VEC>(dx_row, g, k, walk.cols, active, [&](int i) {
-                const float xhat = (xk.get(i) - mean) * rstd;
-                return rstd * (__fmul_rn(dyk.get(i), wk[i]) - mean_g - xhat * mean_g_xhat);
+                return dx(__fmul_rn(dyk.get(i), wk[i]), (xk.get(i) - mean) * rstd);
               });
             }
           }
-          return;
         } else {
           if constexpr (!kKeepWeights) w.load(weight, g, walk.cols, 1.f);
           RowGrad<ITEMS, VEC> row;
