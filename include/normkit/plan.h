@@ -58,12 +58,12 @@ struct Problem {
   bool rows_vector_aligned = true;  ///< every row pointer 16-byte aligned (data and strides)
 };
 
-/// Shape of a row-wise kernel (forward, dX, and the row walk of the fused backward): each row is
-/// handled by a group of `threads_per_row` threads; each thread caches `items` vectors of `vec`
 /// Blocks of a fused row split over the largest cluster (PlannerTable::fused_split_max's cap): 16, the
 /// non-portable cluster size of sm_90 (kernels opt in per launch).
 constexpr int kMaxFusedSplitBlocks = 16;
 
+/// Shape of a row-wise kernel (forward, dX, and the row walk of the fused backward): each row is
+/// handled by a group of `threads_per_row` threads; each thread caches `items` vectors of `vec`
 /// elements in registers (items == 0: the row is streamed from memory twice instead).
 struct RowShape {
   int vec = 1;              ///< elements per vector access (16 bytes / element size, or 1)
@@ -116,6 +116,10 @@ struct Plan {
   /// partials through distributed shared memory and write dgamma/dbeta themselves (one launch, no
   /// workspace); 0 = not a cluster
   int cluster_blocks = 0;
+  /// fused, staged split rows: each row's cluster sums are sent after its accumulation and received
+  /// for its dX one row later, after the next row's accumulation, so the exchange overlaps work
+  /// (PlannerTable::fused_deferred_min_split; rows of kFusedWideItems always)
+  bool deferred_sums = false;
   /// The call's second kernel (gamma/beta after dX, a partial reduce after its partials) is launched
   /// programmatically: it may start while the first still runs (PlannerTable::programmatic_launch)
   bool programmatic_launch = false;
@@ -288,6 +292,14 @@ struct PlannerTable {
   /// max_nonportable_cluster_blocks). 0 or 1 = such rows are never fused (forcing fused on them
   /// throws). Measured in docs/NOTES.md entries 25 and 26.
   int fused_split_max = kMaxFusedSplitBlocks;
+  /// Staged fused rows split over at least this many blocks defer their cluster sums one row
+  /// (Plan::deferred_sums): a row's dX waits for the cluster after the next row's accumulation
+  /// instead of stalling the block once per row, at the cost of recomputing xhat and g from the
+  /// staged row (its float terms cannot stay in registers across the next row). Staged rows of
+  /// kFusedWideItems recompute anyway and always defer, whatever this key. H200, bf16 / fp32, graph, deferred vs not
+  /// (docs/NOTES.md entry 28): split 8 LN 16-bit 0 %, RMS -3.5 %, fp32 -5 %; split 2..4 LN 16-bit +2
+  /// to +4 % (slower), RMS -2 to -3 %; wide rows (split 8 / 16) -13 to -16 %.
+  int fused_deferred_min_split = 8;
 };
 
 const PlannerTable& default_planner_table();

@@ -100,6 +100,83 @@ __device__ __forceinline__ void row_stats(const float* mean, const float* rstd, 
   s = rstd[r];
 }
 
+/// The staged copies and reads of walk_backward_rows: the copies walk the iterations in order (0, 1,
+/// 2, ...) with running row pointers instead of a 64-bit multiply per row and tensor; visit() hands
+/// a landed iteration to a body. kStagedStats: the row statistics are staged with the rows (else
+/// the walk loads them itself and passes them to visit).
+template <bool kRms, int ITEMS, int VEC, bool kViews, typename T, typename W, bool kStagedStats = true>
+struct StagedBackwardRows {
+  const BackwardParams<T, W>& p;
+  const RowGroup& g;
+  RowStages<T, ITEMS, VEC, 2> stages;
+  std::int64_t first, row_step;
+  int n;
+  std::int64_t copy_row;
+  const T* x_row;
+  const T* dy_row;
+  std::int64_t x_step, dy_step;
+
+  __device__ __forceinline__ StagedBackwardRows(const BackwardParams<T, W>& p_, const RowGroup& g_, const RowWalk& walk)
+      : p(p_),
+        g(g_),
+        stages(p_.stages),
+        first(walk.unit * p_.rows_per_block + g_.index),
+        row_step(walk.units * p_.rows_per_block),
+        n(walk.cols),
+        copy_row(first),
+        x_row(p_.x.data + walk.col0 + first * p_.x.stride),
+        dy_row(p_.dy.data + walk.col0 + first * p_.dy.stride),
+        x_step(row_step * p_.x.stride),
+        dy_step(row_step * p_.dy.stride) {}
+
+  /// Starts the copies of the next iteration into stage s.
+  __device__ __forceinline__ void copy(int s) {
+    if (copy_row < p.rows) {
+      stages.copy_row(s, 0, x_row, g, n);
+      stages.copy_row(s, 1, dy_row, g, n);
+      if constexpr (kStagedStats) {
+        if (!kRms) stages.copy_stat(s, 0, p.mean + copy_row);
+        stages.copy_stat(s, 1, p.rstd + copy_row);
+      }
+    }
+    copy_row += row_step;
+    x_row += x_step;
+    dy_row += dy_step;
+  }
+
+  /// Row `it`'s statistics for a walk that does not stage them (0 past M).
+  __device__ __forceinline__ void load_stats(std::int64_t it, float (&stats)[2]) const {
+    const std::int64_t r = first + it * row_step;
+    stats[0] = stats[1] = 0.f;
+    if (r < p.rows) row_stats<kRms>(p.mean, p.rstd, r, stats[0], stats[1]);
+  }
+
+  template <typename Body>
+  __device__ __forceinline__ void visit(std::int64_t it, int s, Body&& body) const {
+    static_assert(kStagedStats, "visit(it, s, body, stats) when the walk loads the statistics");
+    const std::int64_t r = first + it * row_step;
+    const bool active = r < p.rows;
+    const float stats[2] = {(active && !kRms) ? stages.stat(s, 0) : 0.f, active ? stages.stat(s, 1) : 0.f};
+    visit(it, s, body, stats);
+  }
+
+  template <typename Body>
+  __device__ __forceinline__ void visit(std::int64_t it, int s, Body&& body, const float (&stats)[2]) const {
+    const std::int64_t r = first + it * row_step;
+    const bool active = r < p.rows;
+    const float mean = stats[0], rstd = stats[1];
+    if constexpr (kViews) {
+      body(r, active, StagedRowView<T, ITEMS, VEC>{stages, g, s, 0, n, active},
+           StagedRowView<T, ITEMS, VEC>{stages, g, s, 1, n, active}, mean, rstd);
+    } else {
+      RowFragment<T, ITEMS, VEC> xv, dyv;
+      stages.read_row(s, 0, xv, g, n, active);
+      stages.read_row(s, 1, dyv, g, n, active);
+      body(r, active, xv, dyv, mean, rstd);
+    }
+  }
+};
+
 /// Walks this block's rows with x, dy and the row statistics in hand: body(r, active, x, dy, mean,
 /// rstd) once per row group and iteration (inactive groups, past M, get zeros and must store
 /// nothing). Only the block's slice of a row is loaded (walk: all N columns unless the row is split
@@ -109,60 +186,56 @@ __device__ __forceinline__ void row_stats(const float* mean, const float* rstd, 
 template <bool kStaged, bool kRms, int ITEMS, int VEC, bool kViews = false, typename T, typename W, typename Body>
 __device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p, const RowGroup& g, const RowWalk& walk,
                                                    Body&& body) {
-  const std::int64_t first = walk.unit * p.rows_per_block + g.index;
-  const std::int64_t row_step = walk.units * p.rows_per_block;
-  const RowPtr<const T> xs{p.x.data + walk.col0, p.x.stride}, dys{p.dy.data + walk.col0, p.dy.stride};
-  const int n = walk.cols;
   if constexpr (kStaged) {
-    const std::int64_t iterations = walk.iterations(p.rows, p.rows_per_block);
-    const RowStages<T, ITEMS, VEC, 2> stages(p.stages);
-    // The copies walk the iterations in order (0, 1, 2, ...): running row pointers instead of a
-    // 64-bit multiply per row and tensor.
-    std::int64_t copy_row = first;
-    const T* x_row = xs.data + first * xs.stride;
-    const T* dy_row = dys.data + first * dys.stride;
-    const std::int64_t x_step = row_step * xs.stride, dy_step = row_step * dys.stride;
+    StagedBackwardRows<kRms, ITEMS, VEC, kViews, T, W> rows(p, g, walk);
     staged_row_walk(
-        iterations, p.stages,
-        [&](std::int64_t, int s) {
-          if (copy_row < p.rows) {
-            stages.copy_row(s, 0, x_row, g, n);
-            stages.copy_row(s, 1, dy_row, g, n);
-            if (!kRms) stages.copy_stat(s, 0, p.mean + copy_row);
-            stages.copy_stat(s, 1, p.rstd + copy_row);
-          }
-          copy_row += row_step;
-          x_row += x_step;
-          dy_row += dy_step;
-        },
-        [&](std::int64_t it, int s) {
-          const std::int64_t r = first + it * row_step;
-          const bool active = r < p.rows;
-          const float mean = (active && !kRms) ? stages.stat(s, 0) : 0.f;
-          const float rstd = active ? stages.stat(s, 1) : 0.f;
-          if constexpr (kViews) {
-            body(r, active, StagedRowView<T, ITEMS, VEC>{stages, g, s, 0, n, active},
-                 StagedRowView<T, ITEMS, VEC>{stages, g, s, 1, n, active}, mean, rstd);
-          } else {
-            RowFragment<T, ITEMS, VEC> xv, dyv;
-            stages.read_row(s, 0, xv, g, n, active);
-            stages.read_row(s, 1, dyv, g, n, active);
-            body(r, active, xv, dyv, mean, rstd);
-          }
-        });
+        walk.iterations(p.rows, p.rows_per_block), p.stages, [&](std::int64_t, int s) { rows.copy(s); },
+        [&](std::int64_t it, int s) { rows.visit(it, s, body); });
   } else {
+    const std::int64_t first = walk.unit * p.rows_per_block + g.index;
+    const std::int64_t row_step = walk.units * p.rows_per_block;
+    const RowPtr<const T> xs{p.x.data + walk.col0, p.x.stride}, dys{p.dy.data + walk.col0, p.dy.stride};
     // The block's first row decides (the same for all its threads): no iteration count needed.
     for (std::int64_t base = first - g.index; base < p.rows; base += row_step) {
       const std::int64_t r = base + g.index;
       const bool active = r < p.rows;
       RowFragment<T, ITEMS, VEC> xv, dyv;
-      xv.load(xs.row(active ? r : 0), g, n, active);
-      dyv.load(dys.row(active ? r : 0), g, n, active);
+      xv.load(xs.row(active ? r : 0), g, walk.cols, active);
+      dyv.load(dys.row(active ? r : 0), g, walk.cols, active);
       float mean = 0.f, rstd = 0.f;
       if (active) row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
       body(r, active, xv, dyv, mean, rstd);
     }
   }
+}
+
+/// walk_backward_rows (staged, with StagedRowViews) for rows finished one iteration late: head(r,
+/// active, x, dy, mean, rstd) for row it, then tail(...) with the same arguments for row it - 1, whose
+/// staged slots are still held (staged_row_walk_deferred). Split rows send their cluster sums in the
+/// head and receive them in the tail: the exchange overlaps the next row's head.
+/// The statistics are not staged (the planner leaves them out of the stages: plan_stages with stats
+/// = false) but loaded into registers one row ahead: the wide rows' three stages then take 192 KB,
+/// which leaves the SM's L1 the room for the weights they re-read per slot (docs/NOTES.md entry 28).
+template <bool kRms, int ITEMS, int VEC, typename T, typename W, typename Head, typename Tail>
+__device__ __forceinline__ void walk_backward_rows_deferred(const BackwardParams<T, W>& p, const RowGroup& g,
+                                                            const RowWalk& walk, Head&& head, Tail&& tail) {
+  StagedBackwardRows<kRms, ITEMS, VEC, true, T, W, false> rows(p, g, walk);
+  const std::int64_t iterations = walk.iterations(p.rows, p.rows_per_block);
+  // Rows it - 1 (its tail follows head(it)), it, and it + 1 (loading while row it is worked on).
+  float previous[2] = {0.f, 0.f}, current[2] = {0.f, 0.f}, next[2];
+  rows.load_stats(0, next);
+  staged_row_walk_deferred(
+      iterations, p.stages, [&](std::int64_t, int s) { rows.copy(s); },
+      [&](std::int64_t it, int s) {
+        for (int k = 0; k < 2; ++k) {
+          previous[k] = current[k];
+          current[k] = next[k];
+        }
+        rows.load_stats(it + 1, next);
+        rows.visit(it, s, head, current);
+      },
+      // the last row's tail comes after the walk, with no head before it
+      [&](std::int64_t it, int s) { rows.visit(it, s, tail, it + 1 == iterations ? current : previous); });
 }
 
 /// dX of this block's rows with x and dy cached in registers (ITEMS > 0): the dX kernel's body, and

@@ -54,7 +54,7 @@ __device__ __forceinline__ void reduce_over_cluster(const float* block_partial, 
 #endif
 }
 
-template <typename T, typename W, bool kRms, bool kStaged, bool kSplit, int ITEMS, int VEC>
+template <typename T, typename W, bool kRms, bool kStaged, bool kSplit, int ITEMS, int VEC, bool kDeferred>
 __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
     fused_backward_kernel(const BackwardParams<T, W> p, float* partials, FusedFinish finish) {
   __shared__ float scratch_buffers[GroupScratch::kFloats];
@@ -70,15 +70,22 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
     if (want_dx) cluster.start();
   }
 
-  // Wide split rows (more than kMaxFusedItems vectors per thread, kFusedWideItems) recompute xhat and
-  // g from the packed row for dx instead of caching them as floats: the cached [ITEMS][VEC] arrays
-  // next to the accumulators would not fit the register budget of kFusedBlockThreads threads.
-  constexpr bool kRecompute = ITEMS > kMaxFusedItems;
+  // kDeferred (Plan::deferred_sums; staged split rows only): each row is finished one row late
+  // (walk_backward_rows_deferred): a row's sums go to the cluster in its head, and its dx waits for
+  // the cluster's in its tail, after the next row's head -- the exchange overlaps work instead of
+  // the whole block stalling on it once per row.
+  static_assert(!kDeferred || (kSplit && kStaged), "only staged split rows defer their sums");
+  // Wide split rows (more than kMaxFusedItems vectors per thread, kFusedWideItems) and deferred ones
+  // recompute xhat and g from the staged row for dx instead of caching them as floats: the cached
+  // [ITEMS][VEC] arrays next to the accumulators would not fit the register budget of
+  // kFusedBlockThreads threads (wide), or would have to live across the next row's head (deferred).
+  constexpr bool kWide = ITEMS > kMaxFusedItems;
+  constexpr bool kRecompute = kWide || kDeferred;
   // Staged walks keep the weights for all their rows; unstaged ones load them with each row, in the
   // same round trip (keep_weights); the wide rows load them slot by slot where they are used.
-  constexpr bool kKeepWeights = kStaged && !kRecompute;
+  constexpr bool kKeepWeights = kStaged && !kWide;
   const W* weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
-  WeightFragment<W, kRecompute ? 1 : ITEMS, VEC> w;  // unused by the wide rows (they load per slot)
+  WeightFragment<W, kWide ? 1 : ITEMS, VEC> w;  // unused by the wide rows (they load per slot)
   if constexpr (kKeepWeights) w.load(weight, g, walk.cols, 1.f);
   float acc_dgamma[ITEMS][VEC], acc_dbeta[ITEMS][VEC];
 #pragma unroll
@@ -86,77 +93,113 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
 #pragma unroll
     for (int i = 0; i < VEC; ++i) acc_dgamma[k][i] = acc_dbeta[k][i] = 0.f;
 
-  walk_backward_rows<kStaged, kRms, ITEMS, VEC, kRecompute && kStaged>(
-      p, g, walk,
-      [&](std::int64_t r, bool active, const auto& xv, const auto& dyv, float mean, float rstd) {
-        if constexpr (kRecompute) {
-          // The same terms as RowGrad (xhat = (x - mean) * rstd, g = dy * w rounded once), each
-          // computed where it is used, from slots and weights read again for dx (staged: from shared
-          // memory; weights: L1); inactive groups hold zeros and add nothing (dy = 0).
-          const auto weights = [&](int k, float (&wk)[VEC]) {
-            const int col = g.column<VEC>(k);
-            if (weight != nullptr && col < walk.cols) {
-              load_weight_vec<W, VEC>(weight + col, wk);
-            } else {
+  // The recomputing rows: the same terms as RowGrad (xhat = (x - mean) * rstd, g = dy * w rounded
+  // once), each computed where it is used, from slots (staged: shared memory) and weights (wide: L1)
+  // read again for dx; inactive groups hold zeros and add nothing (dy = 0).
+  const auto weights = [&](int k, float (&wk)[VEC]) {
+    if constexpr (kWide) {
+      const int col = g.column<VEC>(k);
+      if (weight != nullptr && col < walk.cols) {
+        load_weight_vec<W, VEC>(weight + col, wk);
+      } else {
 #pragma unroll
-              for (int i = 0; i < VEC; ++i) wk[i] = 1.f;
-            }
-          };
-          float sums[2] = {0.f, 0.f};
+        for (int i = 0; i < VEC; ++i) wk[i] = 1.f;
+      }
+    } else {
 #pragma unroll
-          for (int k = 0; k < ITEMS; ++k) {
-            const Pack<T, VEC> xk = xv.pack(k), dyk = dyv.pack(k);
-            float wk[VEC];
-            weights(k, wk);
+      for (int i = 0; i < VEC; ++i) wk[i] = w.at(k, i);
+    }
+  };
+  // Accumulates the row into dgamma / dbeta and returns this lane's row sums of g and g * xhat.
+  const auto accumulate = [&](const auto& xv, const auto& dyv, float mean, float rstd, float (&sums)[2]) {
+    sums[0] = sums[1] = 0.f;
 #pragma unroll
-            for (int i = 0; i < VEC; ++i) {
-              const float dy = dyk.get(i);
-              const float xhat = (xk.get(i) - mean) * rstd;
-              const float gv = __fmul_rn(dy, wk[i]);
-              acc_dgamma[k][i] += dy * xhat;
-              acc_dbeta[k][i] += dy;
-              sums[0] += gv;
-              sums[1] += gv * xhat;
-            }
-          }
+    for (int k = 0; k < ITEMS; ++k) {
+      const Pack<T, VEC> xk = xv.pack(k), dyk = dyv.pack(k);
+      float wk[VEC];
+      weights(k, wk);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const float dy = dyk.get(i);
+        const float xhat = (xk.get(i) - mean) * rstd;
+        const float gv = __fmul_rn(dy, wk[i]);
+        acc_dgamma[k][i] += dy * xhat;
+        acc_dbeta[k][i] += dy;
+        sums[0] += gv;
+        sums[1] += gv * xhat;
+      }
+    }
+  };
+  // dx of the row from its sums over the whole row.
+  const auto store_dx = [&](std::int64_t r, bool active, const auto& xv, const auto& dyv, float mean, float rstd,
+                            const float (&sums)[2]) {
+    const DxOfRow<kRms> dx(rstd, sums[0], sums[1], p.inv_cols);
+    T* const dx_row = p.dx.row(active ? r : 0) + walk.col0;
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const Pack<T, VEC> xk = xv.pack(k), dyk = dyv.pack(k);
+      float wk[VEC];
+      weights(k, wk);
+      store_slot<T, VEC>(dx_row, g, k, walk.cols, active, [&](int i) {
+        return dx(__fmul_rn(dyk.get(i), wk[i]), (xk.get(i) - mean) * rstd);
+      });
+    }
+  };
+
+  if constexpr (kDeferred) {
+    walk_backward_rows_deferred<kRms, ITEMS, VEC>(
+        p, g, walk,
+        [&](std::int64_t, bool, const auto& xv, const auto& dyv, float mean, float rstd) {
+          float sums[2];
+          accumulate(xv, dyv, mean, rstd, sums);
           if (want_dx) {
             row_group_sum(sums, g.threads, scratch);
-            if constexpr (kSplit) cluster.sum(sums);  // the same rows for every block of the cluster
-            const DxOfRow<kRms> dx(rstd, sums[0], sums[1], p.inv_cols);
-            T* const dx_row = p.dx.row(active ? r : 0) + walk.col0;
-#pragma unroll
-            for (int k = 0; k < ITEMS; ++k) {
-              const Pack<T, VEC> xk = xv.pack(k), dyk = dyv.pack(k);
-              float wk[VEC];
-              weights(k, wk);
-              store_slot<T, VEC>(dx_row, g, k, walk.cols, active, [&](int i) {
-                return dx(__fmul_rn(dyk.get(i), wk[i]), (xk.get(i) - mean) * rstd);
-              });
-            }
+            cluster.send(sums);  // the same rows for every block of the cluster
           }
-        } else {
-          if constexpr (!kKeepWeights) w.load(weight, g, walk.cols, 1.f);
-          RowGrad<ITEMS, VEC> row;
-          row.compute(xv, dyv, w, mean, rstd);
-          // inactive groups hold zeros: they add nothing (dy = 0)
-#pragma unroll
-          for (int k = 0; k < ITEMS; ++k)
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) {
-              const float dy = dyv.at(k, i);
-              acc_dgamma[k][i] += dy * row.xhat[k][i];
-              acc_dbeta[k][i] += dy;
-            }
+        },
+        [&](std::int64_t r, bool active, const auto& xv, const auto& dyv, float mean, float rstd) {
           if (want_dx) {
             float sums[2];
-            row.sums(sums[0], sums[1]);
-            row_group_sum(sums, g.threads, scratch);
-            if constexpr (kSplit) cluster.sum(sums);  // the same rows for every block of the cluster
-            row.template store_dx<kRms>(p.dx.row(active ? r : 0) + walk.col0, rstd, sums[0], sums[1], g, p.inv_cols,
-                                        walk.cols, active);
+            cluster.receive(sums);
+            store_dx(r, active, xv, dyv, mean, rstd, sums);
           }
-        }
-      });
+        });
+  } else {
+    walk_backward_rows<kStaged, kRms, ITEMS, VEC, kRecompute && kStaged>(
+        p, g, walk,
+        [&](std::int64_t r, bool active, const auto& xv, const auto& dyv, float mean, float rstd) {
+          if constexpr (kRecompute) {
+            float sums[2];
+            accumulate(xv, dyv, mean, rstd, sums);
+            if (want_dx) {
+              row_group_sum(sums, g.threads, scratch);
+              if constexpr (kSplit) cluster.sum(sums);  // the same rows for every block of the cluster
+              store_dx(r, active, xv, dyv, mean, rstd, sums);
+            }
+          } else {
+            if constexpr (!kKeepWeights) w.load(weight, g, walk.cols, 1.f);
+            RowGrad<ITEMS, VEC> row;
+            row.compute(xv, dyv, w, mean, rstd);
+            // inactive groups hold zeros: they add nothing (dy = 0)
+#pragma unroll
+            for (int k = 0; k < ITEMS; ++k)
+#pragma unroll
+              for (int i = 0; i < VEC; ++i) {
+                const float dy = dyv.at(k, i);
+                acc_dgamma[k][i] += dy * row.xhat[k][i];
+                acc_dbeta[k][i] += dy;
+              }
+            if (want_dx) {
+              float sums[2];
+              row.sums(sums[0], sums[1]);
+              row_group_sum(sums, g.threads, scratch);
+              if constexpr (kSplit) cluster.sum(sums);  // the same rows for every block of the cluster
+              row.template store_dx<kRms>(p.dx.row(active ? r : 0) + walk.col0, rstd, sums[0], sums[1], g, p.inv_cols,
+                                          walk.cols, active);
+            }
+          }
+        });
+  }
   // No block of the cluster leaves (its slots are read by the others) before all have read them.
   if constexpr (kSplit) {
     if (want_dx) cluster.finish();
@@ -247,9 +290,19 @@ void launch_fused_backward(const BackwardProblem& p, const Plan& plan, float* pa
   std::int64_t walkers = plan.row.blocks;
   dispatch_row_shape<T, kMaxFusedItems, false, kMaxFusedItems, kFusedWideItems>(plan.row, [&](auto items, auto vec, auto staged,
                                                                              auto split) {
+    // Instances: deferred sums for staged split rows (wide ones only deferred, see PlannerTable::
+    // fused_deferred_min_split), not deferred for the rest.
+    constexpr bool kCanDefer = staged() && split();
+    constexpr bool kMustDefer = kCanDefer && items() > kMaxFusedItems;
+    if (plan.deferred_sums != kMustDefer && (!kCanDefer || kMustDefer))
+      throw CudaError("normkit: internal error: no fused kernel instance with deferred_sums = " +
+                      std::to_string(plan.deferred_sums) + " (" + plan.describe() + ")");
+    const bool deferred = plan.deferred_sums;
     void (*kernel)(BackwardParams<T, W>, float*, FusedFinish) =
-        p.rms ? fused_backward_kernel<T, W, true, staged(), split(), items(), vec()>
-              : fused_backward_kernel<T, W, false, staged(), split(), items(), vec()>;
+        p.rms ? (deferred ? fused_backward_kernel<T, W, true, staged(), split(), items(), vec(), kCanDefer>
+                          : fused_backward_kernel<T, W, true, staged(), split(), items(), vec(), kMustDefer>)
+              : (deferred ? fused_backward_kernel<T, W, false, staged(), split(), items(), vec(), kCanDefer>
+                          : fused_backward_kernel<T, W, false, staged(), split(), items(), vec(), kMustDefer>);
     allow_dynamic_smem(kernel, plan.row.smem_bytes, "fused_backward_kernel shared memory");
     unsigned blocks = unsigned(plan.row.blocks);
     int cluster_blocks = finish == FusedFinish::Cluster ? int(blocks) : 1;  // Cluster: the whole grid is one

@@ -189,38 +189,44 @@ struct RowWalk {
 };
 
 /// Sums over the blocks of this block's cluster (a split row, RowWalk) of values each block has
-/// already summed over its threads. Pushed, not pulled: lane r < split of warp 0 stores this block's
-/// values into slot [my rank] of rank r's shared memory with st.async, which completes bytes on
-/// rank r's mbarrier; every thread then waits on its own block's mbarrier until all ranks' bytes
-/// have landed and adds the slots in rank order, so every block gets the same bits. No cluster
-/// barrier per sum: its release fence made every thread wait for its own outstanding dX stores
-/// (ncu at the first split fused kernel: the membar and the cluster barrier wait were the top two
-/// stalls, and the pipeline depth changed nothing).
-/// Two slot buffers (each with its mbarrier) are taken in turn. A block's slots for sum i + 2 can
-/// only arrive after every rank has received this block's sum i + 1, which this block sends after
-/// all its threads have read sum i (the block-wide row sum in between is a barrier): no slot is
-/// overwritten before it is read. A rank's bytes for sum i + 2 may land before this block re-arms
-/// that buffer's mbarrier (the transaction count goes negative until the arm; the phase cannot
-/// complete without it). start() initialises the mbarriers and is a cluster barrier (no rank stores
-/// into an uninitialised one); finish() is a cluster barrier before exit. Both, and every sum, must
-/// be reached by all threads of all blocks of the cluster (a cluster walks the same rows).
+/// already summed over its threads. Pushed, not pulled: send() has lane r < split of warp 0 store this
+/// block's values into slot [my rank] of rank r's shared memory with st.async, which completes bytes
+/// on rank r's mbarrier; receive() has every thread wait on its own block's mbarrier until all ranks'
+/// bytes have landed and add the slots in rank order, so every block gets the same bits. No cluster
+/// barrier per sum: its release fence made every thread wait for its own outstanding dX stores (ncu
+/// at the first split fused kernel: the membar and the cluster barrier wait were the top two stalls,
+/// and the pipeline depth changed nothing). sum() is send() then receive(); a walk may instead send
+/// the sums of row i + 1 before it receives those of row i (walk_backward_rows_deferred), so that the
+/// exchange of one row overlaps the work on the next.
+/// kBuffers slot buffers (each with its mbarrier) are taken in turn. Why none is overwritten before
+/// it is read, with sends at most one ahead of receives: a block sends sum j after all its threads
+/// have received sum j - 2 (the block-wide row sum in between is a barrier), so every rank has sent
+/// sum j - 2, which each rank did after receiving its sum j - 4. A rank may thus still be reading
+/// sums j - 3 .. j - 1 when sum j lands, and buffer j % 4 last held sum j - 4: four buffers. A rank's
+/// bytes may land before this block re-arms that buffer's mbarrier (the transaction count goes
+/// negative until the arm; the phase cannot complete without it). start() initialises the mbarriers
+/// and is a cluster barrier (no rank stores into an uninitialised one); finish() is a cluster barrier
+/// before exit. Both, and every send and receive, must be reached by all threads of all blocks of the
+/// cluster, in the same order (a cluster walks the same rows).
 template <int K>
 struct ClusterSum {
+  static constexpr int kBuffers = 4;
   struct Storage {
-    unsigned long long arrived[2];     // mbarriers, one per slot buffer
-    float slots[2][kMaxFusedSplitBlocks > kMaxSplit ? kMaxFusedSplitBlocks : kMaxSplit][K];  // [buffer][sender rank][value]
+    unsigned long long arrived[kBuffers];  // mbarriers, one per slot buffer
+    float slots[kBuffers][kMaxFusedSplitBlocks > kMaxSplit ? kMaxFusedSplitBlocks : kMaxSplit][K];  // [buffer][sender rank][value]
   };
   Storage& storage;
   int split;
-  int turn = 0;
-  unsigned parity = 0;  // bit b: the phase parity the next wait on buffer b expects
+  int send_turn = 0;     // the buffer of the next send
+  int receive_turn = 0;  // the buffer of the next receive
+  unsigned parity = 0;   // bit b: the phase parity the next receive from buffer b expects
 
   __device__ __forceinline__ ClusterSum(Storage& s, int split_) : storage(s), split(split_) {}
 
   __device__ __forceinline__ void start() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (threadIdx.x == 0) {
-      for (int b = 0; b < 2; ++b)
+      for (int b = 0; b < kBuffers; ++b)
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(&storage.arrived[b])) : "memory");
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -230,10 +236,11 @@ struct ClusterSum {
 #endif
   }
 
-  __device__ __forceinline__ void sum(float (&v)[K]) {
+  /// Arms this block's next buffer and pushes v (this block's sums) into every rank's same buffer.
+  __device__ __forceinline__ void send(const float (&v)[K]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const int b = turn;
-    turn ^= 1;
+    const int b = send_turn;
+    send_turn = (send_turn + 1) % kBuffers;
     const unsigned bar = shared_address(&storage.arrived[b]);
     if (threadIdx.x == 0) {
       unsigned long long state;
@@ -258,6 +265,17 @@ struct ClusterSum {
                      "r"(__float_as_uint(v[k])), "r"(remote_bar)
                      : "memory");
     }
+#else
+    __trap();  // the planner splits rows only on devices with clusters (sm_90 on)
+#endif
+  }
+
+  /// Waits for the oldest sum sent and not yet received and returns it in v, added in rank order.
+  __device__ __forceinline__ void receive(float (&v)[K]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const int b = receive_turn;
+    receive_turn = (receive_turn + 1) % kBuffers;
+    const unsigned bar = shared_address(&storage.arrived[b]);
     const unsigned want = (parity >> b) & 1u;
     parity ^= 1u << b;
     unsigned done = 0;
@@ -277,6 +295,11 @@ struct ClusterSum {
 #else
     __trap();  // the planner splits rows only on devices with clusters (sm_90 on)
 #endif
+  }
+
+  __device__ __forceinline__ void sum(float (&v)[K]) {
+    send(v);
+    receive(v);
   }
   __device__ __forceinline__ void finish() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -303,6 +326,32 @@ __device__ __forceinline__ void staged_row_walk(std::int64_t iterations, int dep
     use_stage = use_stage + 1 == depth ? 0 : use_stage + 1;
     copy_stage = copy_stage + 1 == depth ? 0 : copy_stage + 1;
   }
+  cp_async_wait(0);
+}
+
+/// staged_row_walk for a walk that finishes each iteration one step late: head(it, stage) and then
+/// tail(it - 1, stage of it - 1), so iteration it - 1's stage is held until its tail and iteration
+/// it + depth - 1 is copied into it after that; depth - 2 iterations are in flight while one is used
+/// (depth >= 2). For rows whose finish waits on other blocks (the cluster sums of a split row): the
+/// wait for one row overlaps the head of the next.
+template <typename Copy, typename Head, typename Tail>
+__device__ __forceinline__ void staged_row_walk_deferred(std::int64_t iterations, int depth, Copy&& copy, Head&& head,
+                                                         Tail&& tail) {
+  for (int s = 0; s < depth - 1; ++s) {
+    if (s < iterations) copy(std::int64_t(s), s);
+    cp_async_commit();
+  }
+  int use_stage = 0, previous_stage = depth - 1;  // the stage of it - 1 (unused before the first tail)
+  for (std::int64_t it = 0; it < iterations; ++it) {
+    cp_async_wait(depth - 2);  // depth - 1 + it groups committed: iteration it's has landed
+    head(it, use_stage);
+    if (it > 0) tail(it - 1, previous_stage);
+    if (it + depth - 1 < iterations) copy(it + depth - 1, previous_stage);
+    cp_async_commit();
+    previous_stage = use_stage;
+    use_stage = use_stage + 1 == depth ? 0 : use_stage + 1;
+  }
+  if (iterations > 0) tail(iterations - 1, previous_stage);
   cp_async_wait(0);
 }
 

@@ -469,7 +469,12 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
     const std::int64_t partial_staging =
         std::int64_t(out.row.block_threads()) * out.row.vec * std::int64_t(sizeof(float)) +
         (out.cluster_blocks > 0 ? std::int64_t(partial_arrays(p)) * p.cols * std::int64_t(sizeof(float)) : 0);
-    plan_stages(out.row, p, device, t, 2, true, kFusedBlocksPerSm, out.row.blocks / split, partial_staging);
+    // Split rows defer their cluster sums one row where measured faster (the key); wide rows
+    // recompute their terms anyway, so deferring costs them nothing (unstaged walks cannot defer).
+    // Deferred walks load the row statistics themselves: the stages leave them out.
+    const bool defer = split > 1 && (out.row.items > kMaxFusedItems || split >= t.fused_deferred_min_split);
+    plan_stages(out.row, p, device, t, 2, !defer, kFusedBlocksPerSm, out.row.blocks / split, partial_staging);
+    out.deferred_sums = defer && out.row.stages > 0;
     const std::int64_t walkers_planned = out.row.blocks / split;
     if (p.mask.any_gamma_beta() && walkers_planned > 1 && out.cluster_blocks == 0) {  // one walker writes directly
       // a grid-wide sync needs a cooperative launch, which takes no clusters: split rows take two launches
@@ -527,7 +532,7 @@ std::string Plan::describe() const {
   }
   if (!is_backward(op) || mask.dx || strategy == Strategy::Fused) {
     os << " row=vec" << row.vec << "x" << row.items << "/" << row.threads_per_row << "t";
-    if (row.split > 1) os << " split=" << row.split;
+    if (row.split > 1) os << " split=" << row.split << (deferred_sums ? " deferred" : "");
     if (row.stages > 0) os << " stages=" << row.stages;
   }
   return os.str();
@@ -641,6 +646,7 @@ const TableKey kTableKeys[] = {
                                             " (the largest cluster the fused kernel launches)"
                                       : std::string();
     }),
+    key<&Table::fused_deferred_min_split>("fused_deferred_min_split"),
 };
 
 /// Keys of older tables, with what replaced them (a clear error instead of "unknown key").

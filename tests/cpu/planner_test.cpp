@@ -419,6 +419,9 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
       EXPECT_EQ(plan.cluster_blocks, 0) << where;
       EXPECT_GT(plan.row.stages, 1) << where;
       EXPECT_NE(plan.describe().find("split=" + std::to_string(c.split)), std::string::npos) << plan.describe();
+      // cluster sums deferred one row from fused_deferred_min_split (8) blocks on (NOTES entry 28)
+      EXPECT_EQ(plan.deferred_sums, c.split >= 8) << where;
+      EXPECT_EQ(plan.describe().find("deferred") != std::string::npos, c.split >= 8) << plan.describe();
       // auto fuses them with dX (the second read of x and dy is what fusing saves), not without
       EXPECT_EQ(normkit::plan(p, h200).strategy, Strategy::Fused) << where;
       Problem gb = p;
@@ -443,6 +446,11 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
     EXPECT_EQ(plan.row.blocks, h200.sm_count / c.split * c.split) << where;
     EXPECT_EQ(plan.partial_rows, h200.sm_count / c.split) << where;
     EXPECT_GT(plan.row.stages, 1) << where;
+    EXPECT_TRUE(plan.deferred_sums) << where;  // wide rows defer at any split (they recompute anyway)
+    // deferred walks load the statistics themselves: three stages of x and dy alone, 192 KB, which
+    // leaves a 196 KB shared-memory carveout and 60 KB of L1 for the re-read weights (NOTES entry 28)
+    EXPECT_EQ(plan.row.stages, 3) << where;
+    EXPECT_EQ(plan.row.smem_bytes, 3 * std::int64_t(kFusedBlockThreads) * 2 * kFusedWideItems * 16) << where;
     EXPECT_EQ(normkit::plan(p, h200).strategy, Strategy::Fused) << where;
     DeviceFacts portable_only = h200;
     portable_only.max_nonportable_cluster_blocks = 0;
@@ -457,6 +465,18 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
     EXPECT_NE(normkit::plan(backward(m, 65536, DType::BF16, full), h200).strategy, Strategy::Fused) << m;
     EXPECT_NE(normkit::plan(backward(m, 262144, DType::BF16), h200).strategy, Strategy::Fused) << m;  // no dX
   }
+  // fused_deferred_min_split: 2-item split rows follow the key; wide rows defer whatever it says;
+  // unstaged walks (one walker per row: M = 1) cannot defer; unsplit rows never do
+  PlannerTable defer_from_two, never_defer;
+  defer_from_two.fused_deferred_min_split = 2;
+  never_defer.fused_deferred_min_split = 1000;
+  EXPECT_TRUE(normkit::plan(backward(2048, 16384, DType::BF16, full), h200, Strategy::Fused, defer_from_two).deferred_sums);
+  EXPECT_FALSE(normkit::plan(backward(2048, 65536, DType::BF16, full), h200, Strategy::Fused, never_defer).deferred_sums);
+  EXPECT_TRUE(normkit::plan(backward(2048, 262144, DType::BF16, full), h200, Strategy::Fused, never_defer).deferred_sums);
+  EXPECT_FALSE(normkit::plan(backward(2048, 8192, DType::BF16, full), h200, Strategy::Fused, defer_from_two).deferred_sums);
+  const Plan unstaged_wide = normkit::plan(backward(1, 262144, DType::BF16, full), h200, Strategy::Fused);
+  EXPECT_EQ(unstaged_wide.row.stages, 0);
+  EXPECT_FALSE(unstaged_wide.deferred_sums);
   PlannerTable eight;
   eight.fused_split_max = 8;
   EXPECT_EQ(normkit::plan(backward(4096, 131072, DType::BF16, full), h200, Strategy::Fused, eight).row.split, 8);
