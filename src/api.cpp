@@ -21,12 +21,20 @@ Plan plan_for(const ForwardProblem& p, const ExecConfig& config) {
   if (config.strategy != Strategy::Auto)
     throw Error(std::string("normkit forward: argument 'strategy' must be auto for forward ops, got ") +
                 strategy_name(config.strategy));
-  return plan(detail::planner_problem(p), detail::cuda_device_facts(), Strategy::Auto, table_of(config));
+  const DeviceFacts facts = config.device == Device::Cuda ? detail::cuda_device_facts() : DeviceFacts{};
+  return plan(detail::planner_problem(p), facts, Strategy::Auto, table_of(config));
 }
 
 Plan plan_for(const BackwardProblem& p, const ExecConfig& config) {
   const DeviceFacts facts = config.device == Device::Cuda ? detail::cuda_device_facts() : DeviceFacts{};
   return plan(detail::planner_problem(p), facts, config.strategy, table_of(config));
+}
+
+/// The plan query of the public API: the arguments are validated first, as by the call itself.
+template <typename Problem>
+Plan validated_plan(const Problem& p, const ExecConfig& config) {
+  detail::validate(p, config.device);
+  return plan_for(p, config);
 }
 
 void run_forward(const ForwardProblem& p, const ExecConfig& config) {
@@ -112,14 +120,16 @@ void rms_norm_backward(const RmsNormBackwardArgs& args, const ExecConfig& config
 }
 
 Plan plan_layer_norm_backward(const LayerNormBackwardArgs& args, const ExecConfig& config) {
-  const BackwardProblem p = detail::to_problem(args);
-  detail::validate(p, config.device);
-  return plan_for(p, config);
+  return validated_plan(detail::to_problem(args), config);
 }
 Plan plan_rms_norm_backward(const RmsNormBackwardArgs& args, const ExecConfig& config) {
-  const BackwardProblem p = detail::to_problem(args);
-  detail::validate(p, config.device);
-  return plan_for(p, config);
+  return validated_plan(detail::to_problem(args), config);
+}
+Plan plan_layer_norm_forward(const LayerNormForwardArgs& args, const ExecConfig& config) {
+  return validated_plan(detail::to_problem(args), config);
+}
+Plan plan_rms_norm_forward(const RmsNormForwardArgs& args, const ExecConfig& config) {
+  return validated_plan(detail::to_problem(args), config);
 }
 
 DeviceFacts current_device_facts() { return detail::cuda_device_facts(); }

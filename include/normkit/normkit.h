@@ -77,6 +77,8 @@ void rms_norm_backward(const RmsNormBackwardArgs& args, const ExecConfig& config
 /// The plan a call would run (for benchmarks, tests and logging). Validates the arguments.
 Plan plan_layer_norm_backward(const LayerNormBackwardArgs& args, const ExecConfig& config = {});
 Plan plan_rms_norm_backward(const RmsNormBackwardArgs& args, const ExecConfig& config = {});
+Plan plan_layer_norm_forward(const LayerNormForwardArgs& args, const ExecConfig& config = {});
+Plan plan_rms_norm_forward(const RmsNormForwardArgs& args, const ExecConfig& config = {});
 
 /// Facts of the current CUDA device (throws CudaError without one) and whether normkit was built
 /// with CUDA and sees a device.

@@ -275,14 +275,44 @@ struct PlannerTable {
   /// cap its resident warps (16 per SM at 128 registers), so register-only loads keep too few bytes
   /// in flight for HBM; the stages keep stages - 1 row iterations in flight from shared memory.
   int row_pipeline_stages = 4;
+  /// Fewer stages where the staged rows of the SM's resident blocks would hold more than this many
+  /// bytes: stages = max(2, this / (bytes a stage copies for all resident blocks)), at most
+  /// row_pipeline_stages; a deferred fused walk holds one stage more (its previous row). 0 = off
+  /// (row_pipeline_stages everywhere). H200, graph, row_pipeline_stages 2 / 3 / 4 alternating
+  /// (docs/NOTES.md entry 29): blocks copying 32 KB a stage per SM (fused 512 x 2 items, forward
+  /// 2 x 256 x 4 items) were fastest with 2 (RMSNorm full backward 16384 x 8192 bf16 225 -> 198 us,
+  /// 131072 x 4096 817 -> 773; LayerNorm forward 16384 x 8192 154 -> 146), 16 KB a stage (fused 1-item
+  /// short rows, the 1024-thread RMSNorm forward) with 4 (2: 131072 x 64 LN +7 %, RMS forward
+  /// 16384 x 8192 +12 %).
+  std::int64_t row_stage_bytes_per_sm = 65536;
   /// The dX kernel splits rows too long to cache in one block (above 8192 16-bit / 4096 fp32
   /// columns) over a thread-block cluster of up to this many blocks (RowShape::split; devices with
   /// clusters), which holds them in registers and reads x and dy once; longer rows, and every row
   /// when this is 0 or 1, are streamed by one block (read twice). At most kMaxSplit. H200, bf16,
   /// graph, split vs streamed (docs/NOTES.md entry 20): full backward 2048 x 65536 LN 36.9 -> 46.7 %
   /// of the floor, RMS 37.6 -> 48.0 %; 1024 x 32768 38 -> 43 %, 2048 x 16384 41 -> 44 %. The forward
-  /// stays streamed: split it was 8-16 % slower at N = 16384..32768 and no faster at 65536.
+  /// stayed streamed then (split with a cluster barrier per row it was 8-16 % slower at N =
+  /// 16384..32768 and no faster at 65536); it has its own key now, forward_split_max.
   int row_split_max = 8;
+  /// The forward splits rows too long to cache in one block over a thread-block cluster of up to this
+  /// many blocks (devices with clusters): up to a portable cluster, kSplitBlockThreads x kSplitItems
+  /// vectors a block (the dX kernel's layout); longer rows, blocks of kWideSplitBlockThreads x
+  /// kSplitItems vectors over clusters of up to kMaxFusedSplitBlocks (non-portable, where the device
+  /// has them). x is read once and each row's statistics go to the cluster one row ahead of its y
+  /// (staged walks), so the exchange overlaps the next row's loads. 0 or 1 = never (streamed, read
+  /// twice). Only rows of at least forward_split_min_vectors 16-byte vectors: H200, graph, split vs
+  /// streamed (docs/NOTES.md entry 29): RMSNorm bf16 2048 x 65536 204 -> 159 us, 1024 x 131072 223 ->
+  /// 162, 4096 x 262144 1723 -> 1336, fp32 2048 x 65536 428 -> 308; at 2048-4096 vectors the split
+  /// lost or tied (bf16 2048 x 16384 RMS 43.2 -> 45.3, LN 45.2 -> 49.3; fp32 4096 x 16384 RMS 160 -> 167).
+  int forward_split_max = kMaxFusedSplitBlocks;
+  std::int64_t forward_split_min_vectors = 8192;
+  /// ... and LayerNorm rows only where a thread holds at most this many elements of the slice
+  /// (kSplitItems x the vector width: fp32 16, 16-bit 32). Its split walk does about twice RMSNorm's
+  /// work per element (two sums, the merge, the bias), and with 32 elements a thread it was no faster
+  /// than the streamed rows: bf16 512 x 65536 57.4 vs 53.8 us, 2048 x 65536 210.6 vs 212.5, 4096 x
+  /// 262144 2069 vs 1784 (faster at 1024 x 131072, 211 vs 232, and 64 x 262144, 39 vs 59); fp32 (16)
+  /// faster everywhere: 1024 x 32768 89.5 vs 103.7, 2048 x 65536 358 vs 444, 1024 x 131072 396 vs 440.
+  int forward_split_ln_max_thread_elements = 16;
   /// The fused backward splits rows too long for one block (above kFusedBlockThreads x
   /// kMaxFusedItems vectors: 8192 16-bit / 4096 fp32 columns) over a cluster of up to this many
   /// blocks (RowShape::split, devices with clusters): each block caches its slice, accumulates
@@ -318,6 +348,12 @@ constexpr int kSplitBlockThreads = 256;
 /// The largest thread-block cluster every sm_90 device launches without opting in (the portable size).
 constexpr int kPortableClusterBlocks = 8;
 constexpr int kMaxSplit = kPortableClusterBlocks;
+/// Forward rows longer than a portable cluster of kSplitBlockThreads-thread blocks holds (65536 16-bit
+/// / 32768 fp32 columns) take blocks of this many threads, kSplitItems vectors each, over clusters of
+/// up to kMaxFusedSplitBlocks (262144 16-bit / 131072 fp32 columns). The forward's split instances are
+/// built for this block (__launch_bounds__(kWideSplitBlockThreads, 1): 128 registers a thread, two
+/// kSplitBlockThreads blocks per SM).
+constexpr int kWideSplitBlockThreads = 512;
 /// Register budget of the row kernels: a block of T threads gets 65536 / T registers per thread
 /// (at most 255), and a thread holds its fragment and, for small fragments, its weights. A group
 /// caching more items per thread must therefore be smaller.

@@ -1,12 +1,13 @@
 // Forward LayerNorm / RMSNorm: one row group per row, the row cached in registers (ITEMS > 0) and
-// read once, or streamed twice for rows too long to cache (ITEMS == 0).
+// read once, or streamed twice for rows too long to cache (ITEMS == 0); rows too long for one block
+// split over a thread-block cluster where the device has them (forward_split_kernel), read once.
 //
 // Variance: with the row in registers it is the exact two-pass one, as the float64 reference takes
 // it: the row's mean first (one group sum), then the sum of squared deviations from it (a second
 // group sum). Two plain sums cost less than one round of merging (count, mean, M2) triples
 // (Chan et al.), whose every butterfly step needs a division: measured in docs/NOTES.md entry 18.
-// Streamed rows use sums shifted by the row's first element, which keeps the cancellation of
-// E[x^2] - E[x]^2 small for data with a large common offset.
+// Streamed and split rows use sums shifted by the row's first element, which keeps the
+// cancellation of E[x^2] - E[x]^2 small for data with a large common offset.
 #include "cuda/kernels.h"
 #include "cuda/row_layout.cuh"
 
@@ -27,11 +28,35 @@ struct ForwardParams {
   float eps;
   int threads_per_row;
   int rows_per_block;
-  int stages;  // RowShape::stages: 0 = rows loaded straight into registers
+  int stages;      // RowShape::stages: 0 = rows loaded straight into registers
+  int split;       // RowShape::split: blocks (a cluster) per row
+  int slice_cols;  // RowShape::slice_cols: columns per block of a split row
 };
 
 /// The forward's row sums take the block-barrier form (row_group_sum says why).
 constexpr bool kForwardGroupLocal = false;
+
+/// The staged copies of a forward walk: this lane's slots of the columns [col0, col0 + cols) of rows
+/// first, first + step, ... in iteration order, with a running row pointer instead of a 64-bit
+/// multiply per row.
+template <typename T, int ITEMS, int VEC>
+struct StagedForwardRows {
+  RowStages<T, ITEMS, VEC, 1> stages;
+  std::int64_t rows, copy_row, step;
+  const T* x_row;
+  std::int64_t x_step;
+  int cols;
+  __device__ __forceinline__ StagedForwardRows(const RowPtr<const T>& x, int depth, std::int64_t rows_,
+                                               std::int64_t first, std::int64_t step_, int col0, int cols_)
+      : stages(depth), rows(rows_), copy_row(first), step(step_), x_row(x.data + col0 + first * x.stride),
+        x_step(step_ * x.stride), cols(cols_) {}
+  /// Starts the copies of the next iteration into stage s.
+  __device__ __forceinline__ void copy(int s, const RowGroup& g) {
+    if (copy_row < rows) stages.copy_row(s, 0, x_row, g, cols);
+    copy_row += step;
+    x_row += x_step;
+  }
+};
 
 template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
 __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_blocks(ITEMS)) forward_kernel(const ForwardParams<T, W> p) {
@@ -93,23 +118,14 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
     const std::int64_t my_first = first + g.index;
     if constexpr (kStaged) {
       const std::int64_t iterations = walk.iterations(p.rows, p.rows_per_block);
-      const RowStages<T, ITEMS, VEC, 1> stages(p.stages);
-      // The copies walk the iterations in order: a running row pointer instead of a 64-bit multiply.
-      std::int64_t copy_row = my_first;
-      const T* x_row = p.x.data + my_first * p.x.stride;
-      const std::int64_t x_step = row_step * p.x.stride;
+      StagedForwardRows<T, ITEMS, VEC> rows(p.x, p.stages, p.rows, my_first, row_step, 0, p.cols);
       staged_row_walk(
-          iterations, p.stages,
-          [&](std::int64_t, int s) {
-            if (copy_row < p.rows) stages.copy_row(s, 0, x_row, g, p.cols);
-            copy_row += row_step;
-            x_row += x_step;
-          },
+          iterations, p.stages, [&](std::int64_t, int s) { rows.copy(s, g); },
           [&](std::int64_t it, int s) {
             const std::int64_t r = my_first + it * row_step;
             const bool active = r < p.rows;
             RowFragment<T, ITEMS, VEC> xv;
-            stages.read_row(s, 0, xv, g, p.cols, active);
+            rows.stages.read_row(s, 0, xv, g, p.cols, active);
             body(r, active, xv);
           });
     } else {
@@ -171,6 +187,154 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
   }
 }
 
+/// Rows split over a thread-block cluster (RowShape::split, rows too long to cache in one block):
+/// block r of a cluster caches its slice [col0, col0 + cols) of each row the cluster walks, so x is
+/// read once. The block is the row group, and the row's statistics combine over the cluster in one
+/// exchange (ClusterSum): RMSNorm the sum of x^2; LayerNorm each block's slice mean and sum of squared
+/// deviations (from sums shifted by the slice's first element, which the block has staged), merged in
+/// rank order by Chan et al.'s pairwise rule (two rounds, the mean and then the deviations, would put
+/// two exchanges in every row). A shift by the row's first element instead was a global load per row
+/// whose conversion ptxas placed right after it: a memory round trip in every row's critical path
+/// (SASS; LayerNorm split rows took ~1 us a row more than RMSNorm, docs/NOTES.md entry 29).
+/// Staged walks finish each row one row late (staged_row_walk_deferred): row i's statistics are sent
+/// in its head and its y waits for the cluster's in its tail, after row i + 1's head, so the exchange
+/// overlaps the next row's work instead of stalling the block once a row (as the backward's split
+/// rows do, docs/NOTES.md entry 28). Unstaged walks (a row or so per cluster) sum and write in turn.
+template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
+__global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kernel(const ForwardParams<T, W> p) {
+  __shared__ float scratch_buffers[GroupScratch::kFloats];
+  GroupScratch scratch(scratch_buffers);
+  constexpr int kValues = kRms ? 1 : 2;  // RMSNorm: sum x^2; LayerNorm: slice mean, slice M2
+  __shared__ typename ClusterSum<kValues>::Storage cluster_storage;
+  ClusterSum<kValues> cluster(cluster_storage, p.split);
+  cluster.start();
+  const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);  // rows_per_block = 1: the block
+  const RowWalk walk = RowWalk::of_this_block<true>(p.cols, p.split, p.slice_cols);
+  const std::int64_t first = walk.unit, step = walk.units;  // the cluster's rows
+  const float inv_n = p.inv_cols;
+  const float inv_slice = walk.cols > 0 ? 1.f / float(walk.cols) : 0.f;
+  const W* const weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
+  const W* const bias = p.bias != nullptr ? p.bias + walk.col0 : nullptr;
+  // Weight and bias are read slot by slot where y uses them (L1 hits after the first row): kept in
+  // registers for the whole walk, next to the deferred walk's state, they made ptxas spill 104-112
+  // bytes in the staged 16-bit instances; loaded as whole fragments with each row, 8-48 bytes with
+  // fp32 weights.
+  const auto affine = [&](const W* v, int k, float fallback, float (&out)[VEC]) {
+    const int col = g.column<VEC>(k);
+    if (v != nullptr && col < walk.cols) {
+      load_weight_vec<W, VEC>(v + col, out);
+    } else {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) out[i] = fallback;
+    }
+  };
+  // Slots past the slice hold 0, which x - shift would not leave out: only the valid ones are summed.
+  const int valid_vectors = lane_vectors<ITEMS, VEC>(g, walk.cols);
+
+  // This block's statistics of its slice of a row (shift: the slice's first element), summed over
+  // the block and sent to the cluster.
+  const auto head = [&](const RowFragment<T, ITEMS, VEC>& xv, float shift) {
+    float d[ITEMS][VEC];
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) d[k][i] = xv.at(k, i) - shift;
+    float values[kValues];
+    if constexpr (kRms) {
+      values[0] = lane_sum(d, [](float v) { return v * v; });
+      row_group_sum<1, kForwardGroupLocal>(values, g.threads, scratch);
+    } else {
+      float sums[2] = {lane_sum(d, [](float v) { return v; }, valid_vectors),
+                       lane_sum(d, [](float v) { return v * v; }, valid_vectors)};
+      row_group_sum<2, kForwardGroupLocal>(sums, g.threads, scratch);
+      const float shifted_mean = sums[0] * inv_slice;
+      values[0] = walk.cols > 0 ? shift + shifted_mean : 0.f;                                  // slice mean
+      values[1] = walk.cols > 0 ? fmaxf(sums[1] - sums[0] * shifted_mean, 0.f) : 0.f;  // slice M2
+    }
+    cluster.send(values);
+  };
+  // The row's statistics from the cluster's values (the oldest sent, not yet received), then y.
+  const auto tail = [&](std::int64_t r, const RowFragment<T, ITEMS, VEC>& xv) {
+    float mean = 0.f, rstd;
+    if constexpr (kRms) {
+      float sum_sq[1];
+      cluster.receive(sum_sq);
+      rstd = rsqrtf(sum_sq[0] * inv_n + p.eps);
+    } else {
+      // Chan et al.: mean = sum_b n_b mean_b / N, M2 = sum_b M2_b + n_b (mean_b - mean)^2, over the
+      // ranks in order. Every rank but the last holds slice_cols columns (the planner's slices), so
+      // n_b multiplies the sums of the full ranks once instead of every term (this merge runs in
+      // every thread, once a row, after the wait).
+      float m2 = 0.f;
+      cluster.receive_slots([&](const auto& slots) {
+        const int last = p.split - 1;
+        const float full = float(p.slice_cols), rest = float(max(0, p.cols - last * p.slice_cols));
+        float means = 0.f;
+        for (int r = 0; r < last; ++r) means += slots[r][0];
+        mean = fmaf(rest, slots[last][0], full * means) * inv_n;
+        float m2s = 0.f, squares = 0.f;
+        for (int r = 0; r < last; ++r) {
+          const float delta = slots[r][0] - mean;
+          m2s += slots[r][1];
+          squares = fmaf(delta, delta, squares);
+        }
+        const float delta_last = slots[last][0] - mean;
+        m2 = fmaf(rest * delta_last, delta_last, fmaf(full, squares, m2s + slots[last][1]));
+      });
+      rstd = rsqrtf(m2 * inv_n + p.eps);
+    }
+    T* const y_row = p.y.row(r) + walk.col0;
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      float wk[VEC], bk[VEC];
+      affine(weight, k, 1.f, wk);
+      affine(bias, k, 0.f, bk);
+      store_slot<T, VEC>(y_row, g, k, walk.cols, true, [&](int i) { return (xv.at(k, i) - mean) * rstd * wk[i] + bk[i]; });
+    }
+    if (walk.rank == 0 && threadIdx.x == 0) {  // every block has the same statistics
+      if (p.mean != nullptr) p.mean[r] = mean;
+      p.rstd[r] = rstd;
+    }
+  };
+
+  if constexpr (kStaged) {
+    StagedForwardRows<T, ITEMS, VEC> rows(p.x, p.stages, p.rows, first, step, walk.col0, walk.cols);
+    staged_row_walk_deferred(
+        walk.iterations(p.rows, 1), p.stages, [&](std::int64_t, int s) { rows.copy(s, g); },
+        [&](std::int64_t, int s) {
+          RowFragment<T, ITEMS, VEC> xv;
+          rows.stages.read_row(s, 0, xv, g, walk.cols, true);
+          float shift = 0.f;  // the slice's first element, from thread 0's staged slot (a broadcast read)
+          if constexpr (!kRms) {
+            // Each thread's cp.async wait covers only its own copies: a block barrier makes thread 0's
+            // visible to all (the row sum below is a block barrier anyway; this one only moves the
+            // block's wait for its slowest copy before the shift).
+            __syncthreads();
+            if (walk.cols > 0) {
+              Pack<T, VEC> first_vector;
+              load_shared_16(rows.stages.first_slot_address(s, 0), first_vector);
+              shift = first_vector.get(0);
+            }
+          }
+          head(xv, shift);
+        },
+        [&](std::int64_t it, int s) {
+          RowFragment<T, ITEMS, VEC> xv;
+          rows.stages.read_row(s, 0, xv, g, walk.cols, true);
+          tail(first + it * step, xv);
+        });
+  } else {
+    for (std::int64_t r = first; r < p.rows; r += step) {
+      const T* x_row = p.x.row(r) + walk.col0;
+      RowFragment<T, ITEMS, VEC> xv;
+      xv.load(x_row, g, walk.cols, true);
+      head(xv, (!kRms && walk.cols > 0) ? to_float(x_row[0]) : 0.f);
+      tail(r, xv);
+    }
+  }
+  cluster.finish();  // no block leaves while the others may still push into its slots
+}
+
 }  // namespace
 
 template <typename T, typename W>
@@ -189,14 +353,26 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
       float(p.eps),
       plan.row.threads_per_row,
       plan.row.rows_per_block,
-      plan.row.stages};
+      plan.row.stages,
+      plan.row.split,
+      plan.row.slice_cols};
   const dim3 grid(unsigned(plan.row.blocks)), block(unsigned(plan.row.block_threads()));
   const std::size_t smem = std::size_t(plan.row.smem_bytes);
-  dispatch_row_shape<T, kMaxRowItems, true, 0, 0>(plan.row, [&](auto items, auto vec, auto staged, auto) {
-    void (*kernel)(ForwardParams<T, W>) = p.rms ? forward_kernel<T, W, true, staged(), items(), vec()>
-                                               : forward_kernel<T, W, false, staged(), items(), vec()>;
-    allow_dynamic_smem(kernel, plan.row.smem_bytes, "forward_kernel shared memory");
-    kernel<<<grid, block, smem, stream>>>(params);
+  dispatch_row_shape<T, kMaxRowItems, true, kSplitItems, 0>(plan.row, [&](auto items, auto vec, auto staged, auto split) {
+    if constexpr (split()) {
+      void (*kernel)(ForwardParams<T, W>) = p.rms ? forward_split_kernel<T, W, true, staged(), items(), vec()>
+                                                 : forward_split_kernel<T, W, false, staged(), items(), vec()>;
+      allow_dynamic_smem(kernel, plan.row.smem_bytes, "forward_split_kernel shared memory");
+      // as many clusters as the device holds at once, at most the plan's (cluster_grid)
+      const unsigned blocks = cluster_grid(kernel, grid.x, block, smem, plan.row.split);
+      launch_kernel(kernel, dim3(blocks), block, smem, stream, LaunchMode{false, plan.row.split},
+                    "forward_split_kernel launch", params);
+    } else {
+      void (*kernel)(ForwardParams<T, W>) = p.rms ? forward_kernel<T, W, true, staged(), items(), vec()>
+                                                 : forward_kernel<T, W, false, staged(), items(), vec()>;
+      allow_dynamic_smem(kernel, plan.row.smem_bytes, "forward_kernel shared memory");
+      kernel<<<grid, block, smem, stream>>>(params);
+    }
   });
   check_launch("forward_kernel");
 }

@@ -104,6 +104,12 @@ struct RowStages {
   __device__ __forceinline__ unsigned slot_address(int stage, int tensor, int k) const {
     return rows_address + unsigned(((stage * TENSORS + tensor) * ITEMS + k) * threads) * 16u;
   }
+  /// Address of slot 0 of the block's thread 0 in `stage`: the first vector of the row slice when the
+  /// row group is the block (lane 0's slot 0 starts at column 0). The same address in every thread (a
+  /// broadcast read).
+  __device__ __forceinline__ unsigned first_slot_address(int stage, int tensor) const {
+    return slot_address(stage, tensor, 0) - unsigned(threadIdx.x) * 16u;
+  }
   /// Statistics follow the depth * TENSORS * ITEMS slots of every thread, one float per thread each.
   __device__ __forceinline__ unsigned stat_address(int stage, int which) const {
     return rows_address + unsigned(depth * TENSORS * ITEMS * threads) * 16u - unsigned(threadIdx.x) * 12u +
@@ -272,6 +278,21 @@ struct ClusterSum {
 
   /// Waits for the oldest sum sent and not yet received and returns it in v, added in rank order.
   __device__ __forceinline__ void receive(float (&v)[K]) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = 0.f;
+    receive_slots([&](const auto& slots) {
+      for (int r = 0; r < split; ++r) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) v[k] += slots[r][k];
+      }
+    });
+  }
+
+  /// Waits for the oldest values sent and not yet received and calls f(slots), slots[rank][k] the
+  /// values of each rank < split (for values that do not combine by a plain sum; f reads them in
+  /// rank order to keep the bits the same in every block).
+  template <typename F>
+  __device__ __forceinline__ void receive_slots(F&& f) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const int b = receive_turn;
     receive_turn = (receive_turn + 1) % kBuffers;
@@ -286,12 +307,7 @@ struct ClusterSum {
           : "r"(bar), "r"(want)
           : "memory");
     } while (done == 0);
-#pragma unroll
-    for (int k = 0; k < K; ++k) v[k] = 0.f;
-    for (int r = 0; r < split; ++r) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) v[k] += storage.slots[b][r][k];
-    }
+    f(storage.slots[b]);
 #else
     __trap();  // the planner splits rows only on devices with clusters (sm_90 on)
 #endif

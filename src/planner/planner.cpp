@@ -102,10 +102,11 @@ int guaranteed_row_blocks_per_sm(const RowShape& s) {
 /// vectorised rows are staged. As many stages as the table asks, fewer when `resident` blocks (what
 /// the grid counts on being co-resident) would not fit the SM's shared memory next to the
 /// kernels' static scratch, and never more than the row iterations a block walks (a block that
-/// walks one iteration has nothing to overlap: it is not staged). `floor_bytes` is dynamic memory
-/// the kernel needs anyway (fused: its block partial staging).
+/// walks one iteration has nothing to overlap: it is not staged), nor more than
+/// PlannerTable::row_stage_bytes_per_sm asks (`held`: the walk keeps one more stage for its previous
+/// row). `floor_bytes` is dynamic memory the kernel needs anyway (fused: its block partial staging).
 void plan_stages(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t, int tensors,
-                 bool stats, int resident, std::int64_t grid_blocks, std::int64_t floor_bytes) {
+                 bool stats, int resident, std::int64_t grid_blocks, std::int64_t floor_bytes, bool held = false) {
   constexpr std::int64_t kStaticScratch = 1 << 10;  // row_group_sum2's scratch and friends
   s.stages = 0;
   s.smem_bytes = floor_bytes;
@@ -116,7 +117,14 @@ void plan_stages(RowShape& s, const Problem& p, const DeviceFacts& device, const
       std::int64_t(s.block_threads()) * (std::int64_t(tensors) * s.items * 16 + (stats ? 2 * std::int64_t(sizeof(float)) : 0));
   const std::int64_t budget = std::min<std::int64_t>(
       device.smem_per_block_optin, device.smem_per_sm / resident - kSmemReservedPerBlock - kStaticScratch);
-  int stages = int(std::min<std::int64_t>(std::min(t.row_pipeline_stages, kMaxRowStages), iterations));
+  // Row bytes the SM's resident blocks copy per stage (the statistics left out): stages beyond
+  // row_stage_bytes_per_sm of them were measured slower, not faster. A walk that holds its previous
+  // row's stage (deferred sums) gets that stage on top.
+  const std::int64_t row_bytes_per_sm = std::int64_t(s.block_threads()) * tensors * s.items * 16 * resident;
+  std::int64_t cap = std::min(t.row_pipeline_stages, kMaxRowStages);
+  if (t.row_stage_bytes_per_sm > 0)
+    cap = std::min(cap, std::max<std::int64_t>(2, t.row_stage_bytes_per_sm / row_bytes_per_sm) + (held ? 1 : 0));
+  int stages = int(std::min(cap, iterations));
   while (stages >= 2 && stages * per_stage > budget) --stages;
   if (stages < 2) return;
   s.stages = stages;
@@ -133,24 +141,21 @@ void stage_row_kernel(RowShape& s, const Problem& p, const DeviceFacts& device, 
   if (s.stages > 0) s.blocks = resident_grid;
 }
 
-/// dX rows too long to cache in one block (row_shape streamed them: items = 0), split over a thread-block
-/// cluster instead when it can hold them: `split` blocks of kSplitBlockThreads threads, each caching
-/// kSplitItems 16-byte vectors per thread of its slice, so the row is read once (streamed rows are
-/// read twice). At most PlannerTable::row_split_max and DeviceFacts::max_cluster_blocks blocks. The
-/// grid: as many clusters as the blocks the kernels' launch bounds keep resident (two per SM), at
-/// most one per row -- the launch caps it further to the clusters the device can hold at once.
-/// Returns false (and leaves `s` alone) when the row is not split.
-bool split_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+/// A row split over a thread-block cluster (RowShape::split): `split` blocks of `block_threads`
+/// threads, each caching `items` 16-byte vectors per thread of its slice; the grid is as many
+/// clusters as the blocks the kernels' launch bounds keep resident, at most one per row (the launch
+/// caps it further to the clusters the device holds at once, cluster_grid). Returns false (and
+/// leaves `s` alone) when the row needs more than `cap` blocks, or fits one (`s` caches it).
+bool split_row_over_cluster(RowShape& s, const Problem& p, const DeviceFacts& device, int block_threads, int items,
+                            int cap) {
   if (s.items != 0 || s.vec == 1) return false;
-  const int cap = std::min({t.row_split_max, device.max_cluster_blocks, kMaxSplit});
   const std::int64_t vectors = ceil_div(p.cols, s.vec);
-  const std::int64_t per_block = std::int64_t(kSplitBlockThreads) * kSplitItems;
-  const std::int64_t split = ceil_div(vectors, per_block);
+  const std::int64_t split = ceil_div(vectors, std::int64_t(block_threads) * items);
   if (cap < 2 || split > cap) return false;
   RowShape out;
   out.vec = s.vec;
-  out.items = kSplitItems;
-  out.threads_per_row = kSplitBlockThreads;
+  out.items = items;
+  out.threads_per_row = block_threads;
   out.rows_per_block = 1;
   out.split = int(std::max<std::int64_t>(split, 2));
   out.slice_cols = int(ceil_div(vectors, out.split) * out.vec);
@@ -159,6 +164,29 @@ bool split_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const 
   out.blocks = std::min<std::int64_t>(std::max<std::int64_t>(p.rows, 1), resident_clusters) * out.split;
   s = out;
   return true;
+}
+
+/// dX rows too long to cache in one block (row_shape streamed them: items = 0), split over a thread-block
+/// cluster instead when it can hold them: blocks of kSplitBlockThreads threads caching kSplitItems
+/// vectors each, at most PlannerTable::row_split_max and DeviceFacts::max_cluster_blocks blocks, so
+/// the row is read once (streamed rows are read twice).
+bool split_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+  return split_row_over_cluster(s, p, device, kSplitBlockThreads, kSplitItems,
+                                std::min({t.row_split_max, device.max_cluster_blocks, kMaxSplit}));
+}
+
+/// Forward rows too long to cache in one block, split over a cluster (PlannerTable::forward_split_max,
+/// from forward_split_min_vectors; LayerNorm up to forward_split_ln_max_thread_elements): the dX kernel's blocks up to a portable cluster, then
+/// kWideSplitBlockThreads-thread blocks over clusters up to DeviceFacts::max_nonportable_cluster_blocks
+/// (and kMaxFusedSplitBlocks).
+bool forward_split_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+  if (device.max_cluster_blocks < 2 || row_vectors(p) < t.forward_split_min_vectors) return false;
+  if (!is_rms(p.op) && kSplitItems * vector_width(p) > t.forward_split_ln_max_thread_elements) return false;
+  const int portable = std::min({t.forward_split_max, device.max_cluster_blocks, kPortableClusterBlocks});
+  if (split_row_over_cluster(s, p, device, kSplitBlockThreads, kSplitItems, portable)) return true;
+  const int wide = std::min({t.forward_split_max, std::max(device.max_cluster_blocks, device.max_nonportable_cluster_blocks),
+                             kMaxFusedSplitBlocks});
+  return split_row_over_cluster(s, p, device, kWideSplitBlockThreads, kSplitItems, wide);
 }
 
 /// How the fused backward lays out a row too long for one block: `split` blocks of a cluster (1: the
@@ -432,10 +460,14 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
 
   if (!is_backward(p.op)) {
     out.strategy = Strategy::Simple;  // unused: forward is one row kernel
-    // Rows too long to cache stay streamed (read twice): split over a cluster (split_rows) the forward
-    // was 1.1-1.2x slower at N = 16384..32768 and no faster at 65536 (docs/NOTES.md entry 20).
     out.row = row_kernel_shape(p, device, t);
-    stage_row_kernel(out.row, p, device, t, 1, false);
+    // Rows too long to cache: split over a cluster (read once; staged walks send each row's sums one
+    // row ahead of its y, so they hold one stage more), else streamed (read twice).
+    if (forward_split_rows(out.row, p, device, t))
+      plan_stages(out.row, p, device, t, 1, false, guaranteed_row_blocks_per_sm(out.row), out.row.blocks / out.row.split,
+                  0, true);
+    else
+      stage_row_kernel(out.row, p, device, t, 1, false);
     return out;
   }
 
@@ -473,7 +505,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
     // recompute their terms anyway, so deferring costs them nothing (unstaged walks cannot defer).
     // Deferred walks load the row statistics themselves: the stages leave them out.
     const bool defer = split > 1 && (out.row.items > kMaxFusedItems || split >= t.fused_deferred_min_split);
-    plan_stages(out.row, p, device, t, 2, !defer, kFusedBlocksPerSm, out.row.blocks / split, partial_staging);
+    plan_stages(out.row, p, device, t, 2, !defer, kFusedBlocksPerSm, out.row.blocks / split, partial_staging, defer);
     out.deferred_sums = defer && out.row.stages > 0;
     const std::int64_t walkers_planned = out.row.blocks / split;
     if (p.mask.any_gamma_beta() && walkers_planned > 1 && out.cluster_blocks == 0) {  // one walker writes directly
@@ -573,6 +605,11 @@ std::string portable_cluster_check(long long v) {
              ? "must be at most " + std::to_string(kPortableClusterBlocks) + " (the portable cluster size normkit launches)"
              : "";
 }
+std::string largest_cluster_check(long long v) {
+  return v > kMaxFusedSplitBlocks ? "must be at most " + std::to_string(kMaxFusedSplitBlocks) +
+                                        " (the largest cluster normkit launches)"
+                                  : "";
+}
 template <auto M, int kMax>
 void write_items(PlannerTable& t, long long v) {  // vectors per thread: clamped to the kernels' instances
   write_member<M>(t, std::clamp<long long>(v, 1, kMax));
@@ -640,12 +677,12 @@ const TableKey kTableKeys[] = {
                                    return v > kMaxRowStages ? "must be at most " + std::to_string(kMaxRowStages)
                                                             : std::string();
                                  }),
+    key<&Table::row_stage_bytes_per_sm>("row_stage_bytes_per_sm"),
     key<&Table::row_split_max>("row_split_max", portable_cluster_check),
-    key<&Table::fused_split_max>("fused_split_max", [](long long v) {
-      return v > kMaxFusedSplitBlocks ? "must be at most " + std::to_string(kMaxFusedSplitBlocks) +
-                                            " (the largest cluster the fused kernel launches)"
-                                      : std::string();
-    }),
+    key<&Table::forward_split_max>("forward_split_max", largest_cluster_check),
+    key<&Table::forward_split_min_vectors>("forward_split_min_vectors"),
+    key<&Table::forward_split_ln_max_thread_elements>("forward_split_ln_max_thread_elements"),
+    key<&Table::fused_split_max>("fused_split_max", largest_cluster_check),
     key<&Table::fused_deferred_min_split>("fused_deferred_min_split"),
 };
 

@@ -540,7 +540,14 @@ TEST(Planner, RowShapesCoverTheRowWithinTheRegisterBudget) {
         EXPECT_EQ(r.block_threads() % 32 == 0 || r.block_threads() < 32, true) << where;
         if (r.items > 0) {
           EXPECT_GE(std::int64_t(r.items) * r.threads_per_row * r.vec * r.split, n) << where;
-          EXPECT_LE(r.block_threads(), max_row_threads(r.items)) << where;
+          // the forward's wide split blocks: kSplitItems in kWideSplitBlockThreads threads, one block
+          // per SM (its instances' launch bounds): the same 128 registers a thread as 4 items in 256
+          if (r.split > 1 && r.threads_per_row == kWideSplitBlockThreads) {
+            EXPECT_FALSE(is_backward(op)) << where;
+            EXPECT_EQ(r.items, kSplitItems) << where;
+          } else {
+            EXPECT_LE(r.block_threads(), max_row_threads(r.items)) << where;
+          }
         }
         if (r.split > 1) {  // the slices cover the row, every block has columns
           EXPECT_GE(std::int64_t(r.slice_cols) * r.split, n) << where;
@@ -556,8 +563,8 @@ TEST(Planner, RowShapesCoverTheRowWithinTheRegisterBudget) {
 }
 
 // dX rows too long for one block's registers are split over a thread-block cluster: blocks of
-// kSplitBlockThreads threads caching kSplitItems 16-byte vectors of their slice. The forward streams
-// them (measured faster, docs/NOTES.md entry 20).
+// kSplitBlockThreads threads caching kSplitItems 16-byte vectors of their slice. The forward has its
+// own rule (ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo).
 TEST(Planner, RowsTooLongForOneBlockAreSplitOverACluster) {
   const DeviceFacts h200 = DeviceFacts::h200();
   auto row_of = [&](Op op, std::int64_t m, std::int64_t n, DType t, const PlannerTable& table = PlannerTable{},
@@ -577,10 +584,7 @@ TEST(Planner, RowsTooLongForOneBlockAreSplitOverACluster) {
     for (Op op : {Op::LayerNormForward, Op::RmsNormForward, Op::LayerNormBackward, Op::RmsNormBackward}) {
       const RowShape r = row_of(op, 2048, c.n, c.t);
       const std::string where = std::string(op_name(op)) + " " + dtype_name(c.t) + " N = " + std::to_string(c.n);
-      if (!is_backward(op)) {
-        EXPECT_EQ(r.split, 1) << where;
-        continue;
-      }
+      if (!is_backward(op)) continue;
       EXPECT_EQ(r.split, c.split) << where;
       if (c.split > 1) {
         EXPECT_EQ(r.slice_cols, c.slice) << where;
@@ -620,6 +624,139 @@ TEST(Planner, RowsTooLongForOneBlockAreSplitOverACluster) {
   { std::ofstream(path) << "row_split_max = 16\n"; }
   EXPECT_THROW(load_planner_table(path), Error);
   std::remove(path.c_str());
+}
+
+// Forward rows too long for one block, from forward_split_min_vectors (8192) vectors: the dX kernel's
+// blocks (kSplitBlockThreads x kSplitItems vectors) up to a portable cluster, then
+// kWideSplitBlockThreads-thread blocks over clusters of up to 16; the staged walk holds one stage more
+// than it copies ahead (its previous row waits for the cluster's values). docs/NOTES.md entry 29.
+TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  auto forward_row = [](std::int64_t m, std::int64_t n, DType t, bool rms = false, const PlannerTable& table = PlannerTable{},
+                        const DeviceFacts& device = DeviceFacts::h200()) {
+    Problem p = backward(m, n, t);
+    p.op = rms ? Op::RmsNormForward : Op::LayerNormForward;
+    return normkit::plan(p, device, Strategy::Auto, table).row;
+  };
+  // split 0: streamed (rows of fewer than 8192 vectors that one block cannot cache); 1: cached by one block
+  const struct { std::int64_t n; DType t; int split, slice, threads; } cases[] = {
+      {8192, DType::BF16, 1, 0, 0},          {8200, DType::BF16, 0, 0, 0},          {16384, DType::F16, 0, 0, 0},
+      {57352, DType::BF16, 0, 0, 0},         {65536, DType::BF16, 8, 8192, 256},    {65544, DType::BF16, 5, 13112, 512},
+      {131072, DType::BF16, 8, 16384, 512},  {262144, DType::BF16, 16, 16384, 512}, {4096, DType::F32, 1, 0, 0},
+      {20000, DType::F32, 0, 0, 0},          {32768, DType::F32, 8, 4096, 256},     {65536, DType::F32, 8, 8192, 512},
+      {131072, DType::F32, 16, 8192, 512}};
+  for (const auto& c : cases) {
+    for (bool rms : {false, true}) {
+      // LayerNorm splits rows of at most 16 elements a thread (fp32); a table can take 16-bit rows too
+      const bool streamed_ln = !rms && c.t != DType::F32 && c.split > 1;
+      PlannerTable ln_16bit;
+      ln_16bit.forward_split_ln_max_thread_elements = 32;
+      if (streamed_ln) EXPECT_EQ(forward_row(2048, c.n, c.t, rms).items, 0) << c.n;
+      const RowShape r = forward_row(2048, c.n, c.t, rms, streamed_ln ? ln_16bit : PlannerTable{});
+      const std::string where = std::string(rms ? "rms " : "ln ") + dtype_name(c.t) + " N = " + std::to_string(c.n);
+      EXPECT_EQ(r.split, std::max(c.split, 1)) << where;
+      if (c.split <= 1) {
+        EXPECT_EQ(r.items > 0, c.split == 1) << where;  // cached by one block, or streamed
+        continue;
+      }
+      EXPECT_EQ(r.slice_cols, c.slice) << where;
+      EXPECT_EQ(r.items, kSplitItems) << where;
+      EXPECT_EQ(r.threads_per_row, c.threads) << where;
+      EXPECT_EQ(r.rows_per_block, 1) << where;
+      const int resident = c.threads == kSplitBlockThreads ? 2 : 1;  // blocks per SM the launch bounds keep
+      EXPECT_EQ(r.blocks, std::int64_t(h200.sm_count) * resident / c.split * c.split) << where;
+      // 32 KB of rows a stage per SM: two stages (row_stage_bytes_per_sm), plus the one the deferred walk holds
+      EXPECT_EQ(r.stages, 3) << where;
+      EXPECT_EQ(r.smem_bytes, 3 * std::int64_t(c.threads) * kSplitItems * 16) << where;
+    }
+  }
+  // longer than 16 blocks of 2048 vectors: streamed by one block
+  EXPECT_EQ(forward_row(2048, 262152, DType::BF16, true).split, 1);
+  EXPECT_EQ(forward_row(2048, 262152, DType::BF16, true).items, 0);
+  // fewer rows than clusters: one cluster per row; a walk of one row per cluster is not staged
+  EXPECT_EQ(forward_row(7, 65536, DType::BF16, true).blocks, 7 * 8);
+  EXPECT_EQ(forward_row(1, 262144, DType::BF16, true).blocks, 16);
+  EXPECT_EQ(forward_row(1, 262144, DType::BF16, true).stages, 0);
+  // the table: off, from fewer vectors, or capped (4: the wide blocks take 65536 16-bit columns in four)
+  PlannerTable off, four, eight, shorter;
+  off.forward_split_max = 1;
+  four.forward_split_max = 4;
+  four.forward_split_min_vectors = eight.forward_split_min_vectors = shorter.forward_split_min_vectors = 1025;
+  eight.forward_split_max = 8;
+  EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, off).split, 1);
+  EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, off).items, 0);
+  EXPECT_EQ(forward_row(2048, 16384, DType::F16, true, shorter).split, 2);
+  EXPECT_EQ(forward_row(2048, 16384, DType::F16, true, shorter).slice_cols, 8192);
+  EXPECT_EQ(forward_row(2048, 57352, DType::BF16, true, shorter).slice_cols, 7176);  // a short last slice
+  EXPECT_EQ(forward_row(2048, 20000, DType::F32, false, shorter).split, 5);
+  EXPECT_EQ(forward_row(2048, 8200, DType::BF16, true, shorter).split, 2);
+  EXPECT_EQ(forward_row(2048, 16384, DType::F16, false, shorter).items, 0);  // LayerNorm 16-bit: streamed
+  shorter.forward_split_ln_max_thread_elements = 32;
+  EXPECT_EQ(forward_row(2048, 16384, DType::F16, false, shorter).split, 2);
+  EXPECT_EQ(forward_row(2048, 32768, DType::BF16, true, four).split, 4);
+  EXPECT_EQ(forward_row(2048, 32768, DType::BF16, true, four).threads_per_row, kSplitBlockThreads);
+  EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, four).split, 4);
+  EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, four).threads_per_row, kWideSplitBlockThreads);
+  EXPECT_EQ(forward_row(2048, 131072, DType::BF16, true, eight).split, 8);
+  EXPECT_EQ(forward_row(2048, 262144, DType::BF16, true, eight).items, 0);
+  // the device: no clusters, or no clusters above the portable size
+  DeviceFacts no_clusters = h200, portable_only = h200;
+  no_clusters.max_cluster_blocks = 0;
+  portable_only.max_nonportable_cluster_blocks = 0;
+  EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, PlannerTable{}, no_clusters).items, 0);
+  EXPECT_EQ(forward_row(2048, 131072, DType::BF16, true, PlannerTable{}, portable_only).split, 8);
+  EXPECT_EQ(forward_row(2048, 262144, DType::BF16, true, PlannerTable{}, portable_only).items, 0);
+  // unaligned rows are streamed; the plan names the split
+  Problem unaligned = backward(2048, 65536, DType::BF16);
+  unaligned.op = Op::RmsNormForward;
+  unaligned.rows_vector_aligned = false;
+  EXPECT_EQ(normkit::plan(unaligned, h200).row.split, 1);
+  Problem wide = backward(2048, 262144, DType::BF16);
+  wide.op = Op::RmsNormForward;
+  EXPECT_NE(normkit::plan(wide, h200).describe().find("split=16"), std::string::npos) << normkit::plan(wide, h200).describe();
+  // the key is read, and capped at the largest cluster normkit launches
+  const std::string path = ::testing::TempDir() + "normkit_forward_split_table.txt";
+  { std::ofstream(path) << "forward_split_max = 4\n"; }
+  EXPECT_EQ(load_planner_table(path).forward_split_max, 4);
+  { std::ofstream(path) << "forward_split_max = 17\n"; }
+  try {
+    load_planner_table(path);
+    ADD_FAILURE() << "forward_split_max = 17 must be rejected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("forward_split_max"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+// PlannerTable::row_stage_bytes_per_sm: fewer stages where the resident blocks copy more row bytes
+// a stage (docs/NOTES.md entry 29); 0 = row_pipeline_stages everywhere.
+TEST(Planner, RowStagesAreCappedByTheRowBytesTheSmCopiesAStage) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  auto stages_of = [&](Op op, std::int64_t m, std::int64_t n, Strategy s, const PlannerTable& t = PlannerTable{}) {
+    Problem p = backward(m, n, DType::BF16, {true, true, !is_rms(op)});
+    p.op = op;
+    return normkit::plan(p, h200, s, t).row;
+  };
+  PlannerTable off, wider;
+  off.row_stage_bytes_per_sm = 0;
+  wider.row_stage_bytes_per_sm = 131072;
+  const struct { const char* why; Op op; std::int64_t m, n; Strategy s; int stages, stages_off, stages_wider; } cases[] = {
+      // fused 512 threads x 2 items x 2 tensors, one block per SM: 32 KB a stage
+      {"fused 16384 x 8192", Op::RmsNormBackward, 16384, 8192, Strategy::Auto, 2, 4, 4},
+      {"fused 131072 x 4096", Op::LayerNormBackward, 131072, 4096, Strategy::Auto, 2, 4, 4},
+      // fused short rows, one item: 16 KB a stage
+      {"fused 131072 x 64", Op::LayerNormBackward, 131072, 64, Strategy::Auto, 4, 4, 4},
+      // LayerNorm forward 2 rows x 256 threads x 4 items: 32 KB
+      {"ln forward 16384 x 8192", Op::LayerNormForward, 16384, 8192, Strategy::Auto, 2, 4, 4},
+      // the 1024-thread RMSNorm forward, one item: 16 KB
+      {"rms forward 16384 x 8192", Op::RmsNormForward, 16384, 8192, Strategy::Auto, 4, 4, 4},
+      // fused wide rows (512 threads x 4 items x 2 tensors: 64 KB) hold one stage more
+      {"fused wide 4096 x 262144", Op::LayerNormBackward, 4096, 262144, Strategy::Fused, 3, 3, 3}};
+  for (const auto& c : cases) {
+    EXPECT_EQ(stages_of(c.op, c.m, c.n, c.s).stages, c.stages) << c.why;
+    EXPECT_EQ(stages_of(c.op, c.m, c.n, c.s, off).stages, c.stages_off) << c.why;
+    EXPECT_EQ(stages_of(c.op, c.m, c.n, c.s, wider).stages, c.stages_wider) << c.why;
+  }
 }
 
 TEST(Planner, UnalignedRowsUseTheScalarPath) {
@@ -912,6 +1049,10 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.fused_short_row_items_target = 2;
   t.rms_forward_one_item_min_vectors = 77;
   t.fused_short_row_min_rows = 55;
+  t.row_stage_bytes_per_sm = 12345;
+  t.forward_split_max = 3;
+  t.forward_split_min_vectors = 77;
+  t.forward_split_ln_max_thread_elements = 99;
   const std::string path = ::testing::TempDir() + "normkit_table.txt";
   { std::ofstream(path) << format_planner_table(t); }
   const PlannerTable back = load_planner_table(path);

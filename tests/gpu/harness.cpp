@@ -768,7 +768,7 @@ bool check_backward(const HostCase& hc, const DeviceCase& dc, const RefBackward&
   return out.ran;
 }
 
-ForwardOut gpu_forward(const HostCase& hc, const DeviceCase& dc, cudaStream_t stream) {
+ForwardOut gpu_forward(const HostCase& hc, const DeviceCase& dc, cudaStream_t stream, const PlannerTable* table) {
   const Spec& s = hc.spec;
   const DType t = s.dtype, wt = s.weight_dtype();
   const Layout lx = s.x_layout(), lo = s.out_layout();
@@ -782,7 +782,8 @@ ForwardOut gpu_forward(const HostCase& hc, const DeviceCase& dc, cudaStream_t st
   std::optional<ConstVec> w, b;
   if (s.has_weight) w = ConstVec{dc.weight.get(), wt, s.N};
   if (s.bias_present()) b = ConstVec{dc.bias.get(), wt, s.N};
-  const ExecConfig cfg{Device::Cuda, stream, Strategy::Auto};
+  const ExecConfig cfg{Device::Cuda, stream, Strategy::Auto, table};
+  ForwardOut out;
   if (s.rms) {
     RmsNormForwardArgs a;
     a.x = x;
@@ -790,6 +791,7 @@ ForwardOut gpu_forward(const HostCase& hc, const DeviceCase& dc, cudaStream_t st
     a.eps = s.eps;
     a.y = y;
     a.rstd = Vec{drstd.get(), DType::F32, s.M};
+    out.plan = plan_rms_norm_forward(a, cfg);
     rms_norm_forward(a, cfg);
   } else {
     LayerNormForwardArgs a;
@@ -800,11 +802,11 @@ ForwardOut gpu_forward(const HostCase& hc, const DeviceCase& dc, cudaStream_t st
     a.y = y;
     a.mean = Vec{dmean.get(), DType::F32, s.M};
     a.rstd = Vec{drstd.get(), DType::F32, s.M};
+    out.plan = plan_layer_norm_forward(a, cfg);
     layer_norm_forward(a, cfg);
   }
   NK_CUDA(cudaStreamSynchronize(stream));
   NK_CUDA(cudaGetLastError());
-  ForwardOut out;
   out.y = dyb.download(t, stream);
   if (!s.rms) out.mean = dmean.download(DType::F32, stream);
   out.rstd = drstd.download(DType::F32, stream);

@@ -234,8 +234,11 @@ bool check_backward(const HostCase& hc, const DeviceCase& dc, const RefBackward&
 struct ForwardOut {
   HostBuffer y;           ///< whole strided buffer (out layout)
   HostBuffer mean, rstd;  ///< F32, M + kGuard (mean empty for RMSNorm)
+  Plan plan;              ///< what the call ran (plan_*_forward)
 };
-ForwardOut gpu_forward(const HostCase& hc, const DeviceCase& dc, cudaStream_t stream = test_stream());
+/// `table`: the call's planner table (ExecConfig::table; nullptr = the default).
+ForwardOut gpu_forward(const HostCase& hc, const DeviceCase& dc, cudaStream_t stream = test_stream(),
+                       const PlannerTable* table = nullptr);
 void expect_forward_matches(const HostCase& hc, const ForwardOut& out, const RefForward& ref);
 void check_forward(const HostCase& hc, const DeviceCase& dc, const RefForward& ref,
                    cudaStream_t stream = test_stream());

@@ -160,7 +160,41 @@ TEST(Bitwise, FusedTwentyRunsOnALargeCaseAreIdentical) {
 
 class WideRows : public testing::TestWithParam<Spec> {};
 
-TEST_P(WideRows, ForwardAndBackwardMatchReference) { check_forward_and_backward(GetParam()); }
+/// A planner table under which the forward splits every row it can (LayerNorm 16-bit rows and rows
+/// of fewer vectors too, which the built-in table streams): the split forward's every layout is
+/// tested, whatever the table picks.
+const PlannerTable& split_every_forward_row() {
+  static const PlannerTable table = [] {
+    PlannerTable t;
+    t.forward_split_min_vectors = 1;
+    t.forward_split_ln_max_thread_elements = 1 << 20;
+    return t;
+  }();
+  return table;
+}
+
+/// The forward on split rows under split_every_forward_row(): against the reference, split as
+/// expected, the same bits in repeated calls.
+void check_split_forward(const Spec& spec) {
+  SCOPED_TRACE(spec.name + " forward, every row split");
+  const auto hc = make_host_case(spec);
+  const DeviceCase dc = upload_case(*hc, test_stream());
+  const ForwardOut out = gpu_forward(*hc, dc, test_stream(), &split_every_forward_row());
+  ASSERT_GT(out.plan.row.split, 1) << out.plan.describe();
+  expect_forward_matches(*hc, out, reference_forward(*hc));
+  for (int run = 1; run < 3 && !testing::Test::HasFailure(); ++run) {
+    const ForwardOut again = gpu_forward(*hc, dc, test_stream(), &split_every_forward_row());
+    EXPECT_TRUE(again.y.bytes == out.y.bytes) << "split forward y differs between identical calls, run " << run;
+    EXPECT_TRUE(again.rstd.bytes == out.rstd.bytes) << "split forward rstd differs, run " << run;
+    EXPECT_TRUE(again.mean.bytes == out.mean.bytes) << "split forward mean differs, run " << run;
+  }
+}
+
+TEST_P(WideRows, ForwardAndBackwardMatchReference) {
+  check_forward_and_backward(GetParam());
+  if (HasFailure()) return;
+  check_split_forward(GetParam());  // 16 blocks a row (unstaged for M = 1, 3, 8)
+}
 
 INSTANTIATE_TEST_SUITE_P(Wide, WideRows,
                          testing::Values(ln_spec("ln_M8_N262144_bf16", 8, 262144, DT::BF16),
@@ -188,8 +222,8 @@ Spec split_no_weight(Spec s) {
 
 class SplitRows : public testing::TestWithParam<Spec> {};
 
-// dX and fused split over a cluster (the forward of these rows is streamed, checked too); every
-// strategy, full and gamma/beta-only masks, against the float64 reference (check_forward_and_backward)
+// The forward, dX and fused split over a cluster; every strategy, full and gamma/beta-only masks,
+// against the float64 reference (check_forward_and_backward)
 TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRun) {
   const Spec& spec = GetParam();
   check_forward_and_backward(spec);
@@ -206,6 +240,17 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
   ASSERT_TRUE(fused.ran) << fused.why_not;
   ASSERT_GT(fused.plan.row.split, 1) << "expected fused on split rows: " << fused.plan.describe();
   const ForwardOut forward = gpu_forward(*hc, dc);
+  // the built-in table splits RMSNorm and fp32 LayerNorm forward rows of forward_split_min_vectors
+  // 16-byte vectors or more and streams the others; every row split: check_split_forward below
+  const PlannerTable defaults;
+  const std::int64_t vectors = spec.N / std::int64_t(16 / dtype_size(spec.dtype));
+  const bool split_forward = vectors >= defaults.forward_split_min_vectors &&
+                             (spec.rms || spec.dtype == DT::F32);
+  if (split_forward) {
+    EXPECT_GT(forward.plan.row.split, 1) << "expected the forward on split rows: " << forward.plan.describe();
+  } else {
+    EXPECT_EQ(forward.plan.row.items, 0) << "expected the forward to stream: " << forward.plan.describe();
+  }
   for (int run = 1; run < 20 && !HasFailure(); ++run) {
     expect_same_bits(first, gpu_backward(*hc, dc, spec.full_mask(), Strategy::Auto, test_stream()), "run " + std::to_string(run));
     expect_same_bits(fused, gpu_backward(*hc, dc, spec.full_mask(), Strategy::Fused, test_stream()),
@@ -215,12 +260,16 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
     EXPECT_TRUE(again.rstd.bytes == forward.rstd.bytes) << "forward rstd differs between identical calls, run " << run;
     EXPECT_TRUE(again.mean.bytes == forward.mean.bytes) << "forward mean differs between identical calls, run " << run;
   }
+  if (!HasFailure()) check_split_forward(spec);
 }
 
 // Blocks per row (16-bit: 1024 vectors of 8 per block): 65536 -> 8, 57352 -> 8 with a short last
 // slice, 16384 -> 2, 12296 -> 2 with unequal slices; fp32 (1024 vectors of 4): 32768 -> 8, 20000 -> 5.
 // The fused kernel's wide rows (2048 vectors per block): 262144 16-bit and 131072 fp32 -> 16, 131072
-// 16-bit -> 8; the dX kernel streams these (auto fuses them: enough bytes).
+// 16-bit -> 8, 65544 -> 5 with a short last slice; the dX kernel streams these (auto fuses them:
+// enough bytes). The forward splits the rows of 8192 vectors or more (65536 16-bit / 32768 fp32 ->
+// 8 blocks of 256 threads; wider: blocks of 512 threads, 65544 -> 5 with a short last slice, 131072
+// 16-bit -> 8, 262144 -> 16), strided and with fp32 weights too, and streams the others.
 // M from fewer rows than clusters (7) to many rows per cluster.
 INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                          testing::Values(ln_spec("ln_M300_N65536_bf16", 300, 65536, DT::BF16),
@@ -236,7 +285,11 @@ INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                                          // (non-portable clusters) and 8
                                          ln_spec("ln_M40_N262144_bf16", 40, 262144, DT::BF16),
                                          rms_spec("rms_M40_N131072_f32", 40, 131072, DT::F32),
-                                         split_no_weight(ln_spec("ln_M70_N131072_f16_noweight", 70, 131072, DT::F16))),
+                                         split_no_weight(ln_spec("ln_M70_N131072_f16_noweight", 70, 131072, DT::F16)),
+                                         ln_spec("ln_M50_N65544_bf16", 50, 65544, DT::BF16),
+                                         split_strided(ln_spec("ln_M60_N65536_bf16_pad8_16_24", 60, 65536, DT::BF16)),
+                                         with_weight_dtype(rms_spec("rms_M64_N65536_bf16_w32", 64, 65536, DT::BF16), DT::F32),
+                                         with_weight_dtype(ln_spec("ln_M300_N131072_bf16_w32", 300, 131072, DT::BF16), DT::F32)),
                          spec_name);
 
 // ---- mixed precision: fp32 weight/bias/dweight/dbias with fp16/bf16 activations ----
