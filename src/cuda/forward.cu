@@ -6,8 +6,9 @@
 // it: the row's mean first (one group sum), then the sum of squared deviations from it (a second
 // group sum). Two plain sums cost less than one round of merging (count, mean, M2) triples
 // (Chan et al.), whose every butterfly step needs a division: measured in docs/NOTES.md entry 18.
-// Streamed and split rows use sums shifted by the row's first element, which keeps the
-// cancellation of E[x^2] - E[x]^2 small for data with a large common offset.
+// Streamed rows use sums shifted by the row's first element, which keeps the cancellation of
+// E[x^2] - E[x]^2 small for data with a large common offset; split rows shift each block's slice by
+// its own first element and merge the slices' moments (forward_split_kernel).
 #include "cuda/kernels.h"
 #include "cuda/row_layout.cuh"
 
