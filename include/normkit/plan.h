@@ -278,12 +278,14 @@ struct PlannerTable {
   /// Fewer stages where the staged rows of the SM's resident blocks would hold more than this many
   /// bytes: stages = max(2, this / (bytes a stage copies for all resident blocks)), at most
   /// row_pipeline_stages; a deferred fused walk holds one stage more (its previous row). 0 = off
-  /// (row_pipeline_stages everywhere). H200, graph, row_pipeline_stages 2 / 3 / 4 alternating
-  /// (docs/NOTES.md entry 29): blocks copying 32 KB a stage per SM (fused 512 x 2 items, forward
-  /// 2 x 256 x 4 items) were fastest with 2 (RMSNorm full backward 16384 x 8192 bf16 225 -> 198 us,
-  /// 131072 x 4096 817 -> 773; LayerNorm forward 16384 x 8192 154 -> 146), 16 KB a stage (fused 1-item
-  /// short rows, the 1024-thread RMSNorm forward) with 4 (2: 131072 x 64 LN +7 %, RMS forward
-  /// 16384 x 8192 +12 %).
+  /// (row_pipeline_stages everywhere). Blocks copying 32 KB a stage per SM (fused 512 x 2 items,
+  /// forward 2 x 256 x 4 items) get 2 stages, 16 KB a stage (fused 1-item short rows, the 1024-thread
+  /// RMSNorm forward) 4. H200, bf16, graph, this cap vs 0 in one call (docs/NOTES.md entry 29,
+  /// bench/results/h200-forward-split-probe.md section 1): RMSNorm full backward 16384 x 8192 224.5
+  /// -> 198.5 us, 131072 x 4096 813 -> 776; LayerNorm forward 16384 x 8192 154.0 -> 145.9, 131072 x
+  /// 4096 576.5 -> 563.9; LayerNorm full backward unchanged. (The session that wrote the rule had
+  /// also probed 2 stages at 16 KB a stage: 131072 x 64 LN +7 %, RMS forward 16384 x 8192 +12 %; that
+  /// probe's tables were not kept.)
   std::int64_t row_stage_bytes_per_sm = 65536;
   /// The dX kernel splits rows too long to cache in one block (above 8192 16-bit / 4096 fp32
   /// columns) over a thread-block cluster of up to this many blocks (RowShape::split; devices with

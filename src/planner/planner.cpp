@@ -176,9 +176,9 @@ bool split_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const 
 }
 
 /// Forward rows too long to cache in one block, split over a cluster (PlannerTable::forward_split_max,
-/// from forward_split_min_vectors; LayerNorm up to forward_split_ln_max_thread_elements): the dX kernel's blocks up to a portable cluster, then
-/// kWideSplitBlockThreads-thread blocks over clusters up to DeviceFacts::max_nonportable_cluster_blocks
-/// (and kMaxFusedSplitBlocks).
+/// from forward_split_min_vectors; LayerNorm up to forward_split_ln_max_thread_elements): the dX
+/// kernel's blocks up to a portable cluster, then kWideSplitBlockThreads-thread blocks over clusters up
+/// to DeviceFacts::max_nonportable_cluster_blocks (and kMaxFusedSplitBlocks).
 bool forward_split_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   if (device.max_cluster_blocks < 2 || row_vectors(p) < t.forward_split_min_vectors) return false;
   if (!is_rms(p.op) && kSplitItems * vector_width(p) > t.forward_split_ln_max_thread_elements) return false;
