@@ -160,23 +160,29 @@ struct PlannerTable {
   /// Tiled is taken at any M once its strips number at least this percent of the SMs (they fill the
   /// GPU; 100 = one strip per SM). bf16 sweep at 3440edf, gamma/beta alone, N = 4097 (129 strips on
   /// 132 SMs): tiled 0.58-0.96x two-pass at M = 255..65535. Vectorised strips count vec times in the
-  /// strips x two_pass_min_rows_per_strip rule above (docs/NOTES.md entry 27).
+  /// strips x two_pass_min_rows_per_strip rule above (docs/NOTES.md entry 27). Not where two-pass
+  /// reads 16 bytes a lane and tiled one column (vectorised rows of fewer than column_vec_min_cols
+  /// columns, from column_vec_two_pass_min_rows rows): there two-pass is taken. Under this rule
+  /// tiled's 256 scalar strips at N = 8192 had made it 1.37-1.43x two-pass at 4096 x 8192, and 1.5-
+  /// 1.9x at 4096..16384 x 12288 (bf16 gamma/beta, graph, docs/NOTES.md entry 30).
   std::int64_t tiled_full_grid_percent = 97;
   /// fused backward: used by auto whenever the row fits the register-cached layout
   bool fused_enabled = true;
-  /// ... and only from fused_min_bytes of x (M x N x element size) on, with rows of at least
-  /// fused_min_row_bytes, or from fused_min_rows rows at any N. Only when dX is requested (see
-  /// fused_gb_min_rows). Sweep of the full backward with programmatic launch (0b45745 + the two-round
-  /// forward, bf16 M = 32..16384 x N = 256..4096 and fp32, graph; docs/NOTES.md entry 19): fused won
-  /// at every M >= 8192 (0.61-0.95x of the best unfused), and below that only with long rows and
-  /// enough bytes (2048 x 2048 bf16 0.93x, 4096 x 2048 0.86x, fp32 4096 x 1024 0.77x); it lost
-  /// 1.03-1.16x at 4096 x 768..1024 bf16 and 1.15x at 512 x 4096. Known losses of the rule: M = 4096,
-  /// N = 256 (fused 0.88x) and RMSNorm 2048 x 512 (0.90x). 8 -> 16 MiB at a602991, where tiled had
-  /// become faster at small M (fp16 sweep): LayerNorm 1024 x 4096 tiled 15.7 vs fused 19.7 us; 2048 x
-  /// 2048 a tie (18.8 us); fused still ahead from 2048 x 4096 (27.0 vs 32.1 us tiled). Rows the dX
-  /// kernel would stream (longer than its split covers) are fused at any size (docs/NOTES.md entry 27).
-  std::int64_t fused_min_bytes = 16 << 20;
-  std::int64_t fused_min_row_bytes = 4096;
+  /// ... and only from fused_min_bytes of x (M x N x element size) on, with at least
+  /// fused_bytes_min_rows rows of at least fused_min_row_bytes each, or from fused_min_rows rows at
+  /// any N. Only when dX is requested (see fused_gb_min_rows). With the single cooperative launch
+  /// (fused_single_launch) and a block per row group (fused_min_rows_per_block), H200 full backward,
+  /// graph (docs/NOTES.md entry 30): fused / the best unfused at M = 1024 was 0.81-0.94x for N =
+  /// 768..2048 in bf16, fp16 and fp32 (a tie at 4096: tiled 15.9 vs fused 15.8-15.9 us; 1024 x 512
+  /// bf16, 1 MiB, a tie: 6.77 vs 6.71), at M = 2048..4096 0.67-0.95x from 2 MiB (2048 x 512 bf16 LN
+  /// 7.63 vs 8.41, RMS 6.73 vs 8.17; 4096 x 256 0.88-0.95x; one loss: fp16 LayerNorm 4096 x 768,
+  /// 12.45 vs 12.00); below 1.5 MiB it lost (1024 x 256 fp32 1.23x, 2048 x 128 16-bit 1.2-1.5x), and
+  /// at M = 512 whatever the bytes (LayerNorm 512 x 4096 1.33x). Before (second launch, 0b45745 ..
+  /// d8c31aa): 16 MiB and rows of 4096 bytes (entries 19, 27). Rows the dX kernel would stream
+  /// (longer than its split covers) are fused at any size (entry 27).
+  std::int64_t fused_min_bytes = 3 << 19;
+  std::int64_t fused_bytes_min_rows = 1024;
+  std::int64_t fused_min_row_bytes = 512;
   /// ... or from this many rows on, whatever N (narrow rows with huge M: fused 1.8-4.9x faster than
   /// two-pass at N = 1 and 64 from M = 16384; with programmatic launch from M = 8192, same sweep).
   std::int64_t fused_min_rows = 8192;
@@ -196,10 +202,26 @@ struct PlannerTable {
   /// = 16384 and 0.82 / 0.83 at 65535 (0.60 / 0.63 at 16384 before it, c825604); the crossover,
   /// interpolated, is near 44K rows.
   std::int64_t fused_unaligned_min_rows = 49152;
-  std::int64_t fused_min_rows_per_block = 2; ///< fewer blocks for small M: less partial traffic
-  /// grid-wide sync + final reduce in one cooperative launch (else a second launch). Off: on the H200
-  /// the cooperative launch cost ~16 us (docs/NOTES.md, entry 2).
-  bool fused_single_launch = false;
+  /// Row groups per fused block at least (fewer blocks for small M: less partial traffic). 1 since
+  /// entry 30 (same probe, fused forced, bf16 / fp16 graph): LayerNorm 1024 x 768 8.73 -> 7.28 us,
+  /// 2048 x 512 8.88 -> 7.61, 96 x 768 7.67 -> 5.63 (second launch); within 1-2 % from M = 2048 on
+  /// longer rows, where the grid is full either way.
+  std::int64_t fused_min_rows_per_block = 1;
+  /// ... and rows per cluster of a split row at least: 2 (a cluster that walks one row has nothing
+  /// to overlap it with). Same build, fused forced, bf16 graph, 2 vs 1: 7 x 262144 (auto: fused)
+  /// LayerNorm 42.9 vs 47.8 us, RMSNorm 27.7 vs 31.9; 64 x 262144 and wider M equal.
+  std::int64_t fused_split_min_rows_per_cluster = 2;
+  /// Grid-wide sync + final reduce in one cooperative launch (else a second, programmatic launch).
+  /// On since entry 30: fused 0.9-1.3 us faster from M = 1024 (H200, graph: LayerNorm bf16 4096 x
+  /// 1024 13.89 -> 12.90 us, 8192 x 768 18.67 -> 17.77, 2048 x 2048 14.89 -> 13.69; within 1 % at
+  /// 16384 x 8192 and 131072 x 4096) and no slower in eager launches (events: 4096 x 1024 16.24 ->
+  /// 14.39 us). Split rows (clusters) always take two launches.
+  bool fused_single_launch = true;
+  /// ... on grids of at least this percent of the SMs' fused blocks only: small cooperative grids
+  /// were slower, as entry 2 found (16 us at one block, 6d79149). Same probe, cooperative vs second
+  /// launch, LayerNorm bf16: 128 blocks (1024 x 768) 7.28 vs 8.87 us, 64 blocks 8.73 vs 8.21, 2
+  /// blocks (32 x 512) 14.55 vs 5.47.
+  int fused_single_launch_min_grid_percent = 95;
   /// Small problems (M x N up to this many elements, N up to fused_cluster_max_cols) run fused as one
   /// launch: a single cluster of up to fused_cluster_max_blocks blocks (capped by
   /// DeviceFacts::max_cluster_blocks) whose partials meet in distributed shared memory. Auto takes it

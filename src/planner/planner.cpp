@@ -372,7 +372,8 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
       (short_vector_rows(p, t) ? p.rows >= t.fused_short_row_min_rows
        : !vectorised           ? p.rows >= t.fused_unaligned_min_rows
        : p.mask.dx ? (p.rows >= t.fused_min_rows ||
-                      (p.rows * row_bytes >= t.fused_min_bytes && row_bytes >= t.fused_min_row_bytes))
+                      (p.rows >= t.fused_bytes_min_rows && p.rows * row_bytes >= t.fused_min_bytes &&
+                       row_bytes >= t.fused_min_row_bytes))
                    : p.rows >= t.fused_gb_min_rows && row_vectors(p) >= t.fused_gb_min_vectors);
   const bool fused_layout = vectorised || p.cols <= t.fused_unaligned_max_cols;
   // Rows split over a cluster are fused only with dX (that is what saves the second read of x and dy)
@@ -404,11 +405,15 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   // A vectorised strip carries vec columns a lane: it counts as vec strips of work (bf16 sweep at
   // 3440edf, gamma/beta alone, N = 16384, 64 strips of 8: tiled 0.85-0.99x two-pass up to M = 4097).
   // Strips within tiled_full_grid_percent of the SM count fill the GPU (N = 4097, 129 strips: tiled
-  // 0.58-0.96x two-pass at every M of that sweep).
+  // 0.58-0.96x two-pass at every M of that sweep) -- unless two-pass reads 16 bytes a lane where
+  // tiled reads one column (vectorised rows below column_vec_min_cols, from
+  // column_vec_two_pass_min_rows rows): there two-pass wins (PlannerTable::tiled_full_grid_percent).
   const std::int64_t per_strip = p.mask.dx ? t.two_pass_min_rows_per_strip_with_dx : t.two_pass_min_rows_per_strip;
   const std::int64_t strip_work = tiled_strips.col_blocks * tiled_strips.vec;
-  const std::int64_t two_pass_rows =
-      std::max({2 * t.two_pass_min_rows_per_part, t.two_pass_min_rows, strip_work * per_strip});
+  const std::int64_t any_two_pass_rows = std::max(2 * t.two_pass_min_rows_per_part, t.two_pass_min_rows);
+  const std::int64_t two_pass_rows = std::max(any_two_pass_rows, strip_work * per_strip);
+  const bool two_pass_wider = column_strips(p, t, true).vec > tiled_strips.vec;
+  if (two_pass_wider && p.rows >= any_two_pass_rows) return Strategy::TwoPass;
   if (tiled_strips.col_blocks * 100 >= std::int64_t(device.sm_count) * t.tiled_full_grid_percent ||
       p.rows < two_pass_rows)
     return Strategy::Tiled;
@@ -490,8 +495,9 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
     // guarantee the registers), fewer when M is small so the partials stay small. Split rows: the
     // row walkers are clusters of `split` blocks (the launch caps them further to the clusters the
     // device holds at once, cluster_grid), so each walker's share is counted in clusters.
-    const std::int64_t rows_per_block_min = std::int64_t(out.row.rows_per_block) * t.fused_min_rows_per_block;
-    const std::int64_t by_rows = std::max<std::int64_t>(1, ceil_div(p.rows, rows_per_block_min));
+    const std::int64_t rows_per_walker_min =
+        std::int64_t(out.row.rows_per_block) * (split > 1 ? t.fused_split_min_rows_per_cluster : t.fused_min_rows_per_block);
+    const std::int64_t by_rows = std::max<std::int64_t>(1, ceil_div(p.rows, rows_per_walker_min));
     const std::int64_t walkers = std::int64_t(device.sm_count) * kFusedBlocksPerSm / split;
     out.row.blocks = std::max<std::int64_t>(1, std::min<std::int64_t>(by_rows, walkers)) * split;
     out.cluster_blocks = fused_cluster_blocks(p, device, t, out.row.rows_per_block);
@@ -510,7 +516,10 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
     const std::int64_t walkers_planned = out.row.blocks / split;
     if (p.mask.any_gamma_beta() && walkers_planned > 1 && out.cluster_blocks == 0) {  // one walker writes directly
       // a grid-wide sync needs a cooperative launch, which takes no clusters: split rows take two launches
-      out.single_launch = t.fused_single_launch && split == 1;
+      // ... and only on a grid that fills the GPU (PlannerTable::fused_single_launch_min_grid_percent)
+      out.single_launch = t.fused_single_launch && split == 1 &&
+                          walkers_planned * 100 >= std::int64_t(device.sm_count) * kFusedBlocksPerSm *
+                                                       t.fused_single_launch_min_grid_percent;
       out.partial_rows = walkers_planned;
       out.columns.block_x = kWarpSize;
       out.columns.reduce_block_y = reduce_block_y(out.partial_rows, t);
@@ -560,7 +569,8 @@ std::string Plan::describe() const {
     if (strategy == Strategy::Tiled) os << " " << band_name(columns.band) << (one_launch ? " one-launch" : "");
     if (strategy == Strategy::TwoPass) os << " parts=" << columns.row_parts;
     if ((strategy == Strategy::Tiled || strategy == Strategy::TwoPass) && columns.vec > 1) os << " cols=vec" << columns.vec;
-    if (strategy == Strategy::Fused) os << " blocks=" << row.blocks << (cluster_blocks > 0 ? " cluster" : "");
+    if (strategy == Strategy::Fused)
+      os << " blocks=" << row.blocks << (cluster_blocks > 0 ? " cluster" : single_launch ? " one-launch" : "");
   }
   if (!is_backward(op) || mask.dx || strategy == Strategy::Fused) {
     os << " row=vec" << row.vec << "x" << row.items << "/" << row.threads_per_row << "t";
@@ -642,6 +652,7 @@ const TableKey kTableKeys[] = {
     key<&Table::tiled_full_grid_percent>("tiled_full_grid_percent"),
     key<&Table::fused_enabled>("fused_enabled"),
     key<&Table::fused_min_bytes>("fused_min_bytes"),
+    key<&Table::fused_bytes_min_rows>("fused_bytes_min_rows"),
     key<&Table::fused_min_row_bytes>("fused_min_row_bytes"),
     key<&Table::fused_min_rows>("fused_min_rows"),
     key<&Table::fused_gb_min_rows>("fused_gb_min_rows"),
@@ -650,7 +661,9 @@ const TableKey kTableKeys[] = {
     key<&Table::fused_unaligned_min_rows>("fused_unaligned_min_rows"),
     key<&Table::simple_min_cols>("simple_min_cols"),
     key_at_least_one<&Table::fused_min_rows_per_block>("fused_min_rows_per_block"),
+    key_at_least_one<&Table::fused_split_min_rows_per_cluster>("fused_split_min_rows_per_cluster"),
     key<&Table::fused_single_launch>("fused_single_launch"),
+    key<&Table::fused_single_launch_min_grid_percent>("fused_single_launch_min_grid_percent"),
     key<&Table::fused_cluster_max_elements>("fused_cluster_max_elements"),
     key<&Table::fused_cluster_max_cols>("fused_cluster_max_cols"),
     key<&Table::fused_cluster_max_blocks>("fused_cluster_max_blocks", portable_cluster_check),

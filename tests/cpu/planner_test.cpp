@@ -86,7 +86,8 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
     const Problem p = backward(c.m, c.n, c.dtype, {true, true, !c.rms}, c.rms);
     const Plan plan = normkit::plan(p, DeviceFacts::h200());
     const std::int64_t row_bytes = c.n * std::int64_t(dtype_size(c.dtype));
-    if (c.m >= t.fused_min_rows || (c.m * row_bytes >= t.fused_min_bytes && row_bytes >= t.fused_min_row_bytes) ||
+    if (c.m >= t.fused_min_rows ||
+        (c.m >= t.fused_bytes_min_rows && c.m * row_bytes >= t.fused_min_bytes && row_bytes >= t.fused_min_row_bytes) ||
         (c.m * c.n <= t.fused_cluster_max_elements && c.n <= t.fused_cluster_max_cols)) {
       EXPECT_EQ(plan.strategy, Strategy::Fused) << c.name;
       EXPECT_GE(plan.row.blocks, 1) << c.name;
@@ -95,19 +96,23 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
       EXPECT_EQ(plan.strategy, normkit::plan(p, DeviceFacts::h200(), Strategy::Auto, unfused).strategy) << c.name;
     }
   }
-  // the boundaries themselves: bytes of x (rows long enough), and the row length in bytes
-  const std::int64_t n = t.fused_min_row_bytes / 2, m = t.fused_min_bytes / (2 * n);  // fp16
+  // the boundaries themselves: bytes of x, rows, and the row length in bytes
+  const std::int64_t m = t.fused_bytes_min_rows, n = t.fused_min_bytes / (2 * m);  // fp16: 1024 x 768
   ASSERT_LT(m, t.fused_min_rows);
+  ASSERT_EQ(n % 8, 0);
+  ASSERT_GE(2 * n, t.fused_min_row_bytes);
   auto full = [](std::int64_t rows, std::int64_t cols, DType dt) {
     return normkit::plan(backward(rows, cols, dt, {true, true, true}), DeviceFacts::h200()).strategy;
   };
   EXPECT_EQ(full(m, n, DType::F16), Strategy::Fused);
-  EXPECT_NE(full(m - 1, n, DType::F16), Strategy::Fused);
-  const std::int64_t short_n = n * 3 / 4, short_m = (t.fused_min_bytes + 2 * short_n - 1) / (2 * short_n);
+  EXPECT_NE(full(m, n - 8, DType::F16), Strategy::Fused);      // a vector too few bytes
+  EXPECT_NE(full(m - 1, 8 * n, DType::F16), Strategy::Fused);  // bytes enough, rows too few
+  EXPECT_EQ(full(m, n / 2, DType::F32), Strategy::Fused);      // bytes, not elements
+  EXPECT_NE(full(m, n / 2 - 4, DType::F32), Strategy::Fused);
+  const std::int64_t short_n = t.fused_min_row_bytes / 2 - 8, short_m = t.fused_min_bytes / (2 * short_n) + 1;
   ASSERT_LT(short_m, t.fused_min_rows);
-  EXPECT_NE(full(short_m, short_n, DType::F16), Strategy::Fused);  // as many bytes, rows too short
-  EXPECT_EQ(full(m / 2, n, DType::F32), Strategy::Fused);       // bytes, not elements
-  EXPECT_NE(full(m / 2 - 1, n, DType::F32), Strategy::Fused);
+  EXPECT_NE(full(short_m, short_n, DType::F16), Strategy::Fused);  // bytes and rows enough, rows too short
+  EXPECT_EQ(full(short_m, short_n + 8, DType::F16), Strategy::Fused);
   // without dX: from fused_gb_min_rows rows, on rows of at least fused_gb_min_vectors vectors
   auto gb_only = [](std::int64_t rows, std::int64_t cols) {
     return normkit::plan(backward(rows, cols, DType::F16, {false, true, true}), DeviceFacts::h200()).strategy;
@@ -178,6 +183,16 @@ TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
   EXPECT_EQ(full, 129);
   EXPECT_EQ(strategy(1 << 16, (full - 1) * strip), Strategy::TwoPass);
   EXPECT_EQ(strategy(1 << 16, full * strip), Strategy::Tiled);
+  // ... but not where two-pass has 16-byte strips and tiled scalar ones (vectorised rows below
+  // column_vec_min_cols, from column_vec_two_pass_min_rows rows): N = 8192, 256 scalar strips
+  ASSERT_LT(8192, t.column_vec_min_cols);
+  ASSERT_GE(8192 / kWarpSize, full);
+  EXPECT_EQ(strategy(t.column_vec_two_pass_min_rows, 8192), Strategy::TwoPass);
+  EXPECT_EQ(strategy(t.column_vec_two_pass_min_rows - 1, 8192), Strategy::Tiled);
+  EXPECT_EQ(strategy(t.column_vec_two_pass_min_rows, 12288), Strategy::TwoPass);
+  Problem unaligned8192 = backward(t.column_vec_two_pass_min_rows, 8192);
+  unaligned8192.rows_vector_aligned = false;  // no 16-byte strips for either: the full grid holds
+  EXPECT_EQ(normkit::plan(unaligned8192, h200, Strategy::Auto, t).strategy, Strategy::Tiled);
   // vectorised strips count vec times in strips x two_pass_min_rows_per_strip: N = 16384, 64 strips of 8
   const std::int64_t cut16384 = 64 * 8 * t.two_pass_min_rows_per_strip;
   EXPECT_EQ(strategy(cut16384 - 1, 16384), Strategy::Tiled);
@@ -213,14 +228,16 @@ TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
             Strategy::Simple);
   Problem one_wide = backward(1, 1 << 16, DType::BF16, {true, true, true});
   EXPECT_EQ(normkit::plan(one_wide, h200, Strategy::Auto, t).strategy, Strategy::Simple);  // past one launch
-  // narrow rows: fused from their own row counts although M * N * 2 bytes < fused_min_bytes
-  ASSERT_LT(t.fused_short_row_min_rows * 64 * 2, t.fused_min_bytes);
+  // narrow rows: fused from their own row counts although their rows are shorter than fused_min_row_bytes
+  ASSERT_LT(64 * 2, t.fused_min_row_bytes);
   EXPECT_EQ(strategy(t.fused_short_row_min_rows, 64), Strategy::Fused);   // short vectorised rows
   EXPECT_NE(strategy(t.fused_short_row_min_rows - 1, 64), Strategy::Fused);
   EXPECT_EQ(strategy(t.fused_unaligned_min_rows, 1), Strategy::Fused);    // N = 1: scalar, fits one thread
   EXPECT_NE(strategy(t.fused_unaligned_min_rows - 1, 1), Strategy::Fused);
-  EXPECT_EQ(strategy(t.fused_min_rows, 768), Strategy::Fused);            // the rest: fused_min_rows
-  EXPECT_NE(strategy(t.fused_min_rows - 1, 768), Strategy::Fused);
+  EXPECT_EQ(strategy(t.fused_min_rows, 128), Strategy::Fused);            // the rest: fused_min_rows
+  EXPECT_NE(strategy(t.fused_min_rows - 1, 128), Strategy::Fused);        // (256-byte rows)
+  EXPECT_EQ(strategy(t.fused_bytes_min_rows, 768), Strategy::Fused);      // or enough bytes from fewer
+  EXPECT_NE(strategy(t.fused_bytes_min_rows - 1, 768), Strategy::Fused);
   // N = 1 rows are not 16-byte vectorised but fit one thread: fused; N = 255 (scalar, wide group): not
   EXPECT_EQ(strategy(1 << 20, 1), Strategy::Fused);
   EXPECT_NE(strategy(1 << 20, 255), Strategy::Fused);
@@ -482,18 +499,44 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
   EXPECT_EQ(normkit::plan(backward(4096, 131072, DType::BF16, full), h200, Strategy::Fused, eight).row.split, 8);
   EXPECT_FALSE(strategy_supported(backward(4096, 262144, DType::BF16, full), Strategy::Fused, nullptr, eight));
 
-  // few rows: clusters of fused_min_rows_per_block rows each (7 rows: 4 clusters); one row: one
-  // walker writes dgamma/dbeta itself
+  // few rows: clusters of fused_split_min_rows_per_cluster rows each (7 rows: 4 clusters, or 7 with
+  // one row each); one row: one walker writes dgamma/dbeta itself. Unsplit rows count
+  // fused_min_rows_per_block instead.
   EXPECT_EQ(normkit::plan(backward(7, 65536, DType::BF16, full), h200, Strategy::Fused).row.blocks, 4 * 8);
+  PlannerTable one_row_each;
+  one_row_each.fused_split_min_rows_per_cluster = 1;
+  one_row_each.fused_min_rows_per_block = 3;  // not for split rows
+  EXPECT_EQ(normkit::plan(backward(7, 65536, DType::BF16, full), h200, Strategy::Fused, one_row_each).row.blocks, 7 * 8);
+  ASSERT_EQ(default_planner_table().fused_min_rows_per_block, 1);
+  const Plan unsplit = normkit::plan(backward(1000, 1024, DType::BF16, full), h200, Strategy::Fused);
+  EXPECT_EQ(unsplit.row.blocks, (1000 + unsplit.row.rows_per_block - 1) / unsplit.row.rows_per_block);
+  EXPECT_EQ(normkit::plan(backward(1000, 1024, DType::BF16, full), h200, Strategy::Fused, one_row_each).row.blocks,
+            (1000 + 3 * unsplit.row.rows_per_block - 1) / (3 * unsplit.row.rows_per_block));
   const Plan one_row = normkit::plan(backward(1, 65536, DType::BF16, full), h200, Strategy::Fused);
   EXPECT_EQ(one_row.row.blocks, 8);
   EXPECT_EQ(one_row.partial_rows, 0);
   EXPECT_EQ(one_row.workspace_bytes, 0u);
-  // a table that asks for the single cooperative launch still gets two launches on split rows
-  PlannerTable single;
-  single.fused_single_launch = true;
-  EXPECT_FALSE(normkit::plan(backward(2048, 65536, DType::BF16, full), h200, Strategy::Fused, single).single_launch);
-  EXPECT_TRUE(normkit::plan(backward(2048, 4096, DType::BF16, full), h200, Strategy::Fused, single).single_launch);
+  // the single cooperative launch (the default) is not for split rows: they take two launches
+  ASSERT_TRUE(default_planner_table().fused_single_launch);
+  EXPECT_FALSE(normkit::plan(backward(2048, 65536, DType::BF16, full), h200, Strategy::Fused).single_launch);
+  EXPECT_TRUE(normkit::plan(backward(2048, 4096, DType::BF16, full), h200, Strategy::Fused).single_launch);
+  PlannerTable second_launch;
+  second_launch.fused_single_launch = false;
+  EXPECT_FALSE(normkit::plan(backward(2048, 4096, DType::BF16, full), h200, Strategy::Fused, second_launch).single_launch);
+  // ... and only for grids of fused_single_launch_min_grid_percent of the SMs: 1024 x 768 bf16 is 128
+  // blocks of 8 rows (97 %), 512 x 768 64 (48 %), 32 x 512 two
+  ASSERT_EQ(default_planner_table().fused_single_launch_min_grid_percent, 95);
+  const Plan grid128 = normkit::plan(backward(1024, 768, DType::BF16, full), h200, Strategy::Fused);
+  EXPECT_EQ(grid128.row.blocks, 128);
+  EXPECT_TRUE(grid128.single_launch);
+  const Plan grid64 = normkit::plan(backward(512, 768, DType::BF16, full), h200, Strategy::Fused);
+  EXPECT_EQ(grid64.row.blocks, 64);
+  EXPECT_FALSE(grid64.single_launch);
+  EXPECT_GT(grid64.partial_rows, 1);
+  EXPECT_FALSE(normkit::plan(backward(32, 512, DType::BF16, full), h200, Strategy::Fused).single_launch);
+  PlannerTable any_grid;
+  any_grid.fused_single_launch_min_grid_percent = 0;
+  EXPECT_TRUE(normkit::plan(backward(512, 768, DType::BF16, full), h200, Strategy::Fused, any_grid).single_launch);
   // the table turns it off (auto then takes the unfused dX split), and so does a device without
   // clusters: forced fused throws, naming why
   PlannerTable no_split;
@@ -1022,6 +1065,9 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.fused_enabled = false;
   t.fused_single_launch = true;
   t.fused_min_bytes = 12345;
+  t.fused_bytes_min_rows = 4321;
+  t.fused_split_min_rows_per_cluster = 5;
+  t.fused_single_launch_min_grid_percent = 42;
   t.fused_min_row_bytes = 2222;
   t.two_pass_min_rows = 99;
   t.two_pass_min_rows_per_strip = 7;

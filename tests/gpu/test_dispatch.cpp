@@ -246,30 +246,33 @@ INSTANTIATE_TEST_SUITE_P(Dispatch, FusedCluster,
                                          rms_spec("cluster_rms_M200_N320_f16", 200, 320, DT::F16)),
                          spec_name);
 
-// ---- the fused backward's cooperative single launch (table key fused_single_launch) ----
+// ---- the fused backward's finish: one cooperative launch (the default, table key fused_single_launch)
+// or the partial reduce as a second launch ----
 
 class FusedGridSync : public testing::TestWithParam<Spec> {};
 
-TEST_P(FusedGridSync, OneCooperativeLaunchMatchesReferenceWithTheSameBitsEveryRun) {
+TEST_P(FusedGridSync, BothFinishesMatchReferenceWithTheSameBitsEveryRun) {
   const Spec& spec = GetParam();
-  // off by default (docs/NOTES.md entry 2: the cooperative launch cost ~16 us on this machine)
-  PlannerTable single;
-  single.fused_single_launch = true;
+  PlannerTable second_launch;
+  second_launch.fused_single_launch = false;
   const auto hc = make_host_case(spec);
   const DeviceCase dc = upload_case(*hc, test_stream());
   const RefBackward ref = reference_backward(*hc);
-  for (Mask mask : {spec.full_mask(), Mask{false, true, !spec.rms}, Mask{true, false, false}}) {
-    SCOPED_TRACE(mask_id(mask));
-    const BackwardOut first = gpu_backward(*hc, dc, mask, Strategy::Fused, test_stream(), WsMode::Explicit, &single);
-    ASSERT_TRUE(first.ran) << first.why_not;
-    if (mask.any_gamma_beta()) {
-      ASSERT_TRUE(first.plan.single_launch) << "expected a cooperative plan: " << first.plan.describe();
-      ASSERT_GT(first.plan.partial_rows, 1) << first.plan.describe();
+  for (const bool single : {true, false}) {
+    const PlannerTable* table = single ? &default_planner_table() : &second_launch;
+    for (Mask mask : {spec.full_mask(), Mask{false, true, !spec.rms}, Mask{true, false, false}}) {
+      SCOPED_TRACE(std::string(single ? "single launch " : "second launch ") + mask_id(mask));
+      const BackwardOut first = gpu_backward(*hc, dc, mask, Strategy::Fused, test_stream(), WsMode::Explicit, table);
+      ASSERT_TRUE(first.ran) << first.why_not;
+      if (mask.any_gamma_beta()) {
+        ASSERT_EQ(first.plan.single_launch, single) << first.plan.describe();
+        ASSERT_GT(first.plan.partial_rows, 1) << first.plan.describe();
+      }
+      expect_backward_matches(*hc, first, ref);
+      for (int run = 1; run < 20 && !HasFailure(); ++run)
+        expect_same_bits(first, gpu_backward(*hc, dc, mask, Strategy::Fused, test_stream(), WsMode::Explicit, table),
+                         "run " + std::to_string(run));
     }
-    expect_backward_matches(*hc, first, ref);
-    for (int run = 1; run < 20 && !HasFailure(); ++run)
-      expect_same_bits(first, gpu_backward(*hc, dc, mask, Strategy::Fused, test_stream(), WsMode::Explicit, &single),
-                       "run " + std::to_string(run));
   }
 }
 
