@@ -203,23 +203,23 @@ struct PlannerTable {
   /// interpolated, is near 44K rows.
   std::int64_t fused_unaligned_min_rows = 49152;
   /// Row groups per fused block at least (fewer blocks for small M: less partial traffic). 1 since
-  /// entry 30 (same probe, fused forced, bf16 / fp16 graph): LayerNorm 1024 x 768 8.73 -> 7.28 us,
-  /// 2048 x 512 8.88 -> 7.61, 96 x 768 7.67 -> 5.63 (second launch); within 1-2 % from M = 2048 on
-  /// longer rows, where the grid is full either way.
+  /// entry 30 (same probe, fused forced, graph): LayerNorm fp16 1024 x 768 8.73 -> 7.28 us and bf16
+  /// 2048 x 512 8.88 -> 7.61 (single launch), fp16 96 x 768 7.67 -> 5.63 (second launch); within
+  /// 1-2 % from M = 2048 on longer rows, where the grid is full either way.
   std::int64_t fused_min_rows_per_block = 1;
   /// ... and rows per cluster of a split row at least: 2 (a cluster that walks one row has nothing
   /// to overlap it with). Same build, fused forced, bf16 graph, 2 vs 1: 7 x 262144 (auto: fused)
   /// LayerNorm 42.9 vs 47.8 us, RMSNorm 27.7 vs 31.9; 64 x 262144 and wider M equal.
   std::int64_t fused_split_min_rows_per_cluster = 2;
   /// Grid-wide sync + final reduce in one cooperative launch (else a second, programmatic launch).
-  /// On since entry 30: fused 0.9-1.3 us faster from M = 1024 (H200, graph: LayerNorm bf16 4096 x
-  /// 1024 13.89 -> 12.90 us, 8192 x 768 18.67 -> 17.77, 2048 x 2048 14.89 -> 13.69; within 1 % at
+  /// On since entry 30: fused 0.9-1.3 us faster from M = 1024 (H200, graph: LayerNorm fp16 4096 x
+  /// 1024 13.89 -> 12.90 us, 8192 x 768 18.67 -> 17.77, bf16 2048 x 2048 14.89 -> 13.69; within 1 % at
   /// 16384 x 8192 and 131072 x 4096) and no slower in eager launches (events: 4096 x 1024 16.24 ->
   /// 14.39 us). Split rows (clusters) always take two launches.
   bool fused_single_launch = true;
   /// ... on grids of at least this percent of the SMs' fused blocks only: small cooperative grids
   /// were slower, as entry 2 found (16 us at one block, 6d79149). Same probe, cooperative vs second
-  /// launch, LayerNorm bf16: 128 blocks (1024 x 768) 7.28 vs 8.87 us, 64 blocks 8.73 vs 8.21, 2
+  /// launch, LayerNorm fp16: 128 blocks (1024 x 768) 7.28 vs 8.87 us, 64 blocks 8.73 vs 8.21, 2
   /// blocks (32 x 512) 14.55 vs 5.47.
   int fused_single_launch_min_grid_percent = 95;
   /// Small problems (M x N up to this many elements, N up to fused_cluster_max_cols) run fused as one
