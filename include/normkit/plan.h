@@ -259,7 +259,12 @@ struct PlannerTable {
   std::int64_t column_vec_min_cols = 16384;
   /// ... and for two-pass also from this many rows on, whatever N: its row parts restore the grid
   /// (N = 768..1024: 1.07-3x faster from M = 4097, 1.03-1.1x slower at M <= 1024; same sweeps).
-  std::int64_t column_vec_two_pass_min_rows = 4096;
+  /// 4096 -> 1024 at entry 30 (881af14 + tables, bf16, graph): two-pass gamma/beta at M = 2048..3072
+  /// 1.2-1.65x faster for N = 512..8192 (RMSNorm 2048 x 2048 14.2 -> 8.7 us), at M = 1024 1.05-1.5x
+  /// for N = 768..8192 (LayerNorm 1024 x 2048 8.98 -> 6.97), and dX + two-pass 1024 x 512 6.72 ->
+  /// 5.03; slower only at 1024 x 512 gamma/beta (two strips: LayerNorm 4.67 -> 4.93, RMSNorm 4.27
+  /// -> 4.68). At M = 4096 it changes nothing.
+  std::int64_t column_vec_two_pass_min_rows = 1024;
   // row kernels
   int row_items_target = 4;                  ///< vectors per thread aimed for when sizing a group
   int row_block_threads = 256;               ///< threads per block when several rows share a block (power of 2)
