@@ -81,6 +81,11 @@ struct RowShape {
   /// 1 = a row lies in one block.
   int split = 1;
   int slice_cols = 0;           ///< columns per block of a split row (a multiple of vec)
+  /// RMSNorm forward's lean walk (rms_forward_packed_kernel; PlannerTable::rms_forward_packed_min_bytes): a block
+  /// per `rows_per_block` rows, the row kept in registers in its storage type and converted where
+  /// used, in few registers (kPackedRowMinBlocks) so that many blocks are resident; never staged or
+  /// split. `blocks` covers every row.
+  bool packed = false;
   int block_threads() const { return threads_per_row * rows_per_block; }
 };
 
@@ -297,6 +302,19 @@ struct PlannerTable {
   /// 8192 151.3 -> 135.6 us. Not LayerNorm: its two block-wide sums per row made it slower (154 ->
   /// 186 us).
   std::int64_t rms_forward_one_item_min_vectors = 1024;
+  /// RMSNorm forward rows that one block of at most kPackedRowMaxThreads threads caches take the lean
+  /// packed walk (RowShape::packed) from this many bytes of x on (M x N x element size):
+  /// forward_packed_items_target vectors a thread, blocks of forward_packed_block_threads threads when
+  /// several rows share one, a grid over every row. Why: the staged walk holds 128 registers a thread
+  /// (16 warps an SM) where Liger's RMSNorm forward reaches 99 % of the floor at 38 registers and 71 %
+  /// occupancy (docs/NOTES.md entries 23, 30). H200, graph, staged vs packed (2 items, 256 threads;
+  /// docs/NOTES.md entry 31): 131072 x 4096 bf16 558.8 -> 512.1 us (90 -> 99 % of the floor), fp32
+  /// 1114.7 -> 1036.1; 16384 x 8192 bf16 143.3 -> 137.1; at 8 - 16 MB slower (bf16 4096 x 1024 6.50
+  /// -> 6.87 us, 8192 x 768 8.59 -> 9.24, 2048 x 2048 6.39 -> 6.67) or tied (8192 x 1000, 131072 x
+  /// 64). LayerNorm has no packed walk (it lost everywhere: 131072 x 4096 bf16 563.7 -> 639.4 us).
+  std::int64_t rms_forward_packed_min_bytes = std::int64_t(64) << 20;
+  int forward_packed_items_target = 2;
+  int forward_packed_block_threads = 256;
   /// Row iterations staged through shared memory by cp.async in the row-cached kernels (forward,
   /// dX, fused); 0 or 1 = no staging (loads straight into registers). Why: a row kernel's registers
   /// cap its resident warps (16 per SM at 128 registers), so register-only loads keep too few bytes
@@ -369,6 +387,15 @@ std::string format_planner_table(const PlannerTable& table);
 
 /// Largest register-cached items per thread (template instances exist for 1, 2, 4).
 constexpr int kMaxRowItems = 4;
+/// The forward's packed walk (RowShape::packed): blocks of at most kPackedRowMaxThreads threads, of
+/// which the kernel's __launch_bounds__ keep kPackedRowMinBlocks resident per SM, i.e. at most 40
+/// registers a thread (65536 / (512 x 3), rounded down to the allocation granule of 8): 48 warps an
+/// SM where the staged walk has 16.
+constexpr int kPackedRowMaxThreads = 512;
+constexpr int kPackedRowMinBlocks = 3;
+/// The largest x dimension of a CUDA grid (2^31 - 1): a packed grid covers every row up to it and
+/// walks the rest by grid stride.
+constexpr std::int64_t kMaxGridBlocks = 0x7fffffff;
 /// Split rows (RowShape::split, the dX kernel; the fused kernel splits with its own block and items): a block of kSplitBlockThreads threads caches
 /// kSplitItems 16-byte vectors per thread of its slice (8192 16-bit or 4096 fp32 columns), two blocks
 /// per SM as for any 4-item row kernel; clusters of up to kMaxSplit blocks (the portable cluster size).

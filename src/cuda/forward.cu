@@ -188,6 +188,50 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
   }
 }
 
+/// RMSNorm's lean walk (RowShape::packed): like the unstaged cached walk above, but the row stays in
+/// registers in its storage type and is converted to fp32 where used (for the sum, and again for y),
+/// and the weight is read slot by slot after the sum (L1 hits after the first rows), so a thread
+/// holds little more than its packed fragment across the row sum: __launch_bounds__ keep
+/// kPackedRowMinBlocks blocks of kPackedRowMaxThreads resident (40 registers a thread, 48 warps an
+/// SM), and the grid covers every row. Latency is then hidden by resident warps, as Liger's and
+/// torch.compile's forwards do, instead of by cp.async stages. The sum is forward_kernel's (lane_sum
+/// over the same slots, then the group sum). LayerNorm has no packed walk: its two row sums made it
+/// slower than the staged walk everywhere measured (docs/NOTES.md entry 31).
+template <typename T, typename W, int ITEMS, int VEC>
+__global__ void __launch_bounds__(kPackedRowMaxThreads, kPackedRowMinBlocks) rms_forward_packed_kernel(const ForwardParams<T, W> p) {
+  __shared__ float scratch_buffers[GroupScratch::kFloats];
+  GroupScratch scratch(scratch_buffers);
+  const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
+  const std::int64_t row_step = std::int64_t(gridDim.x) * p.rows_per_block;
+  // Every thread walks the same rows count: groups of more than a warp synchronise the block.
+  for (std::int64_t base = std::int64_t(blockIdx.x) * p.rows_per_block; base < p.rows; base += row_step) {
+    const std::int64_t r = base + g.index;
+    const bool active = r < p.rows;
+    RowFragment<T, ITEMS, VEC> xv;  // slots past N (and inactive groups) hold 0
+    xv.load(p.x.row(active ? r : 0), g, p.cols, active);
+    float x[ITEMS][VEC];  // the fp32 copy lives only inside the lane's sum
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) x[k][i] = xv.at(k, i);
+    const float lane_sq = lane_sum(x, [](float v) { return v * v; });
+    xv.forget_conversions();
+    const float rstd = rsqrtf(row_group_sum1<kForwardGroupLocal>(lane_sq, g.threads, scratch) * p.inv_cols + p.eps);
+    T* const y_row = p.y.row(active ? r : 0);
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int col = g.column<VEC>(k);
+      if (!active || col >= p.cols) continue;
+      float w[VEC], y[VEC];
+      load_weight_vec_or<W, VEC>(p.weight, col, 1.f, w);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) y[i] = xv.at(k, i) * rstd * w[i];
+      store_vec<T, VEC>(y_row + col, y);
+    }
+    if (active && g.lane == 0) p.rstd[r] = rstd;
+  }
+}
+
 /// Rows split over a thread-block cluster (RowShape::split, rows too long to cache in one block):
 /// block r of a cluster caches its slice [col0, col0 + cols) of each row the cluster walks, so x is
 /// read once. The block is the row group, and the row's statistics combine over the cluster in one
@@ -222,12 +266,7 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
   // fp32 weights.
   const auto affine = [&](const W* v, int k, float fallback, float (&out)[VEC]) {
     const int col = g.column<VEC>(k);
-    if (v != nullptr && col < walk.cols) {
-      load_weight_vec<W, VEC>(v + col, out);
-    } else {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) out[i] = fallback;
-    }
+    load_weight_vec_or<W, VEC>(col < walk.cols ? v : nullptr, col, fallback, out);
   };
   // Slots past the slice hold 0, which x - shift would not leave out: only the valid ones are summed.
   const int valid_vectors = lane_vectors<ITEMS, VEC>(g, walk.cols);
@@ -360,6 +399,16 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
   const dim3 grid(unsigned(plan.row.blocks)), block(unsigned(plan.row.block_threads()));
   const std::size_t smem = std::size_t(plan.row.smem_bytes);
   dispatch_row_shape<T, kMaxRowItems, true, kSplitItems, 0>(plan.row, [&](auto items, auto vec, auto staged, auto split) {
+    if constexpr (items() > 0 && !staged() && !split()) {
+      if (plan.row.packed && p.rms) {
+        rms_forward_packed_kernel<T, W, items(), vec()><<<grid, block, 0, stream>>>(params);
+        return;
+      }
+    }
+    if (plan.row.packed)
+      throw CudaError(std::string("normkit: internal error: a packed forward plan for ") + (p.rms ? "RMSNorm" : "LayerNorm") +
+                      " with items = " + std::to_string(plan.row.items) + ", stages = " + std::to_string(plan.row.stages) +
+                      ", split = " + std::to_string(plan.row.split));
     if constexpr (split()) {
       void (*kernel)(ForwardParams<T, W>) = p.rms ? forward_split_kernel<T, W, true, staged(), items(), vec()>
                                                  : forward_split_kernel<T, W, false, staged(), items(), vec()>;

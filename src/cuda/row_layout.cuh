@@ -36,6 +36,26 @@ struct RowFragment {
   /// Slot k (the interface StagedRowView shares).
   __device__ __forceinline__ Pack<T, VEC> pack(int k) const { return p[k]; }
 
+  /// Makes the fragment's registers look rewritten (an empty asm statement on each): fp32
+  /// conversions of its elements made before cannot be reused after, so across a row sum the compiler
+  /// keeps the packed fragment live (half the registers of fp32 for 16-bit types) and converts again,
+  /// instead of keeping the converted copy (forward_packed_kernel's register budget).
+  __device__ __forceinline__ void forget_conversions() {
+    static_assert(sizeof(Pack<T, VEC>) % 2 == 0, "packs are whole 16-bit halves");
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      if constexpr (sizeof(Pack<T, VEC>) % 4 == 0) {
+        unsigned* words = reinterpret_cast<unsigned*>(&p[k]);
+#pragma unroll
+        for (int j = 0; j < int(sizeof(Pack<T, VEC>) / 4); ++j) asm volatile("prmt.b32 %0, %0, 0, 0x3210;" : "+r"(words[j]));
+      } else {
+        unsigned short* halves = reinterpret_cast<unsigned short*>(&p[k]);
+#pragma unroll
+        for (int j = 0; j < int(sizeof(Pack<T, VEC>) / 2); ++j) asm volatile("" : "+h"(halves[j]));
+      }
+    }
+  }
+
   /// Loads this lane's slots of `row`; slots past N (or every slot when !active) read as 0.
   /// VEC > 1 requires N % VEC == 0 and a 16-byte aligned row (the planner's vec rule).
   __device__ __forceinline__ void load(const T* row, const RowGroup& g, int n, bool active) {
@@ -402,6 +422,18 @@ __device__ __forceinline__ void load_weight_vec(const W* p, float (&out)[VEC]) {
     const Pack<W, kChunk> pack = Pack<W, kChunk>::load(p + c * kChunk);
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) out[c * kChunk + j] = pack.get(j);
+  }
+}
+
+/// VEC consecutive weight (or bias) values from `weight + col`, or `fallback` (1 or 0) each when there
+/// is no weight: always every element written, so the array stays in registers.
+template <typename W, int VEC>
+__device__ __forceinline__ void load_weight_vec_or(const W* weight, int col, float fallback, float (&out)[VEC]) {
+  if (weight != nullptr) {
+    load_weight_vec<W, VEC>(weight + col, out);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) out[i] = fallback;
   }
 }
 

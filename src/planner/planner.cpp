@@ -91,6 +91,24 @@ RowShape row_kernel_shape(const Problem& p, const DeviceFacts& device, const Pla
   return s;
 }
 
+/// RMSNorm forward's packed walk (RowShape::packed) where PlannerTable::rms_forward_packed_min_bytes
+/// takes it: rows one block of at most kPackedRowMaxThreads threads caches at
+/// forward_packed_items_target vectors a thread (more where the row needs them, up to kMaxRowItems),
+/// a block per forward_packed_block_threads threads' worth of rows, and a grid that covers every row
+/// (the resident blocks hide the latency, not a grid-stride pipeline). False leaves `s` alone.
+bool forward_packed_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+  if (!is_rms(p.op) || s.items == 0 || s.split > 1) return false;
+  if (p.rows * p.cols * std::int64_t(dtype_size(p.dtype)) < t.rms_forward_packed_min_bytes) return false;
+  const int max_threads = std::min(device.max_threads_per_block, kPackedRowMaxThreads);
+  RowShape packed = row_shape(p, device, t, kMaxRowItems, max_threads, std::min(t.forward_packed_block_threads, max_threads),
+                              t.forward_packed_items_target);
+  if (packed.items == 0) return false;
+  packed.packed = true;
+  packed.blocks = std::min<std::int64_t>(ceil_div(p.rows, packed.rows_per_block), kMaxGridBlocks);
+  s = packed;
+  return true;
+}
+
 /// Blocks of a row kernel resident per SM as its __launch_bounds__ guarantee them (the register
 /// budget of row_kernel_max_threads(items) threads, row_kernel_min_blocks of them).
 int guaranteed_row_blocks_per_sm(const RowShape& s) {
@@ -466,6 +484,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
   if (!is_backward(p.op)) {
     out.strategy = Strategy::Simple;  // unused: forward is one row kernel
     out.row = row_kernel_shape(p, device, t);
+    if (forward_packed_rows(out.row, p, device, t)) return out;
     // Rows too long to cache: split over a cluster (read once; staged walks send each row's sums one
     // row ahead of its y, so they hold one stage more), else streamed (read twice).
     if (forward_split_rows(out.row, p, device, t))
@@ -576,6 +595,7 @@ std::string Plan::describe() const {
     os << " row=vec" << row.vec << "x" << row.items << "/" << row.threads_per_row << "t";
     if (row.split > 1) os << " split=" << row.split << (deferred_sums ? " deferred" : "");
     if (row.stages > 0) os << " stages=" << row.stages;
+    if (row.packed) os << " packed";
   }
   return os.str();
 }
@@ -684,6 +704,13 @@ const TableKey kTableKeys[] = {
     key_items<&Table::forward_short_row_items_target, kMaxRowItems>("forward_short_row_items_target"),
     key_items<&Table::fused_short_row_items_target, kMaxFusedItems>("fused_short_row_items_target"),
     key<&Table::rms_forward_one_item_min_vectors>("rms_forward_one_item_min_vectors"),
+    key<&Table::rms_forward_packed_min_bytes>("rms_forward_packed_min_bytes"),
+    key_items<&Table::forward_packed_items_target, kMaxRowItems>("forward_packed_items_target"),
+    key<&Table::forward_packed_block_threads>("forward_packed_block_threads", [](long long v) {
+      return block_threads_check(v).empty() && v > kPackedRowMaxThreads
+                 ? "must be at most " + std::to_string(kPackedRowMaxThreads) + " (kPackedRowMaxThreads)"
+                 : block_threads_check(v);
+    }),
     key<&Table::fused_short_row_min_rows>("fused_short_row_min_rows"),
     key<&Table::row_pipeline_stages>("row_pipeline_stages",
                                  [](long long v) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -775,12 +776,15 @@ TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
 // a stage (docs/NOTES.md entry 29); 0 = row_pipeline_stages everywhere.
 TEST(Planner, RowStagesAreCappedByTheRowBytesTheSmCopiesAStage) {
   const DeviceFacts h200 = DeviceFacts::h200();
-  auto stages_of = [&](Op op, std::int64_t m, std::int64_t n, Strategy s, const PlannerTable& t = PlannerTable{}) {
+  // the staged walks (RMSNorm forwards this large take the packed walk by default)
+  PlannerTable staged;
+  staged.rms_forward_packed_min_bytes = std::numeric_limits<std::int64_t>::max();
+  auto stages_of = [&](Op op, std::int64_t m, std::int64_t n, Strategy s, const PlannerTable& t) {
     Problem p = backward(m, n, DType::BF16, {true, true, !is_rms(op)});
     p.op = op;
     return normkit::plan(p, h200, s, t).row;
   };
-  PlannerTable off, wider;
+  PlannerTable off = staged, wider = staged;
   off.row_stage_bytes_per_sm = 0;
   wider.row_stage_bytes_per_sm = 131072;
   const struct { const char* why; Op op; std::int64_t m, n; Strategy s; int stages, stages_off, stages_wider; } cases[] = {
@@ -796,7 +800,7 @@ TEST(Planner, RowStagesAreCappedByTheRowBytesTheSmCopiesAStage) {
       // fused wide rows (512 threads x 4 items x 2 tensors: 64 KB) hold one stage more
       {"fused wide 4096 x 262144", Op::LayerNormBackward, 4096, 262144, Strategy::Fused, 3, 3, 3}};
   for (const auto& c : cases) {
-    EXPECT_EQ(stages_of(c.op, c.m, c.n, c.s).stages, c.stages) << c.why;
+    EXPECT_EQ(stages_of(c.op, c.m, c.n, c.s, staged).stages, c.stages) << c.why;
     EXPECT_EQ(stages_of(c.op, c.m, c.n, c.s, off).stages, c.stages_off) << c.why;
     EXPECT_EQ(stages_of(c.op, c.m, c.n, c.s, wider).stages, c.stages_wider) << c.why;
   }
@@ -852,8 +856,12 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
       {"wide RMSNorm forward", forward(16384, 8192, true), Strategy::Auto, 1, 1024, 1024},
       {"wide LayerNorm forward", forward(16384, 8192, false), Strategy::Auto, 4, 256, 256},
   };
+  // the staged walk's rules (RMSNorm forwards of rms_forward_packed_min_bytes take the packed walk:
+  // PackedRmsForwardRowsFromTheTablesByteCount)
+  PlannerTable staged;
+  staged.rms_forward_packed_min_bytes = std::numeric_limits<std::int64_t>::max();
   for (const Expected& e : cases) {
-    const RowShape r = plan(e.problem, h200, e.strategy).row;
+    const RowShape r = plan(e.problem, h200, e.strategy, staged).row;
     EXPECT_EQ(r.items, e.items) << e.why;
     EXPECT_EQ(r.threads_per_row, e.threads_per_row) << e.why;
     EXPECT_EQ(r.block_threads(), e.block_threads) << e.why;
@@ -880,7 +888,7 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   EXPECT_EQ(plan(backward(4097, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::TwoPass);
   EXPECT_EQ(plan(backward(16384, 1, DType::BF16, {true, true, true}), h200).strategy, Strategy::TwoPass);
   // A table can turn each rule off.
-  PlannerTable off;
+  PlannerTable off = staged;
   off.small_grid_blocks = 0;
   off.short_row_max_vectors = 0;
   off.rms_forward_one_item_min_vectors = 1 << 30;
@@ -888,6 +896,100 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   EXPECT_EQ(plan(forward(131072, 64, true), h200, Strategy::Auto, off).row.items, 4);
   EXPECT_EQ(plan(forward(16384, 8192, true), h200, Strategy::Auto, off).row.items, 4);
   EXPECT_EQ(plan(backward(131072, 64, DType::F16, {true, true, true}), h200, Strategy::Fused, off).row.items, 2);
+}
+
+// RowShape::packed: RMSNorm forward's lean walk, from rms_forward_packed_min_bytes of x, for rows
+// one block of at most kPackedRowMaxThreads caches; a grid that covers every row, never staged or split.
+TEST(Planner, PackedRmsForwardRowsFromTheTablesByteCount) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  auto forward = [](std::int64_t m, std::int64_t n, bool rms, DType t = DType::BF16) {
+    Problem p = backward(m, n, t);
+    p.op = rms ? Op::RmsNormForward : Op::LayerNormForward;
+    return p;
+  };
+  // the built-in table: from 64 MiB of x
+  EXPECT_TRUE(plan(forward(131072, 4096, true), h200).row.packed);
+  EXPECT_TRUE(plan(forward(16384, 8192, true), h200).row.packed);
+  EXPECT_TRUE(plan(forward(8192, 4096, true), h200).row.packed);         // 64 MiB exactly
+  EXPECT_FALSE(plan(forward(8191, 4096, true), h200).row.packed);
+  EXPECT_FALSE(plan(forward(8192, 1000, true), h200).row.packed);
+  EXPECT_FALSE(plan(forward(131072, 4096, false), h200).row.packed);    // LayerNorm: never
+  EXPECT_FALSE(plan(forward(2048, 65536, true), h200).row.packed);      // split over a cluster
+
+  PlannerTable t;
+  t.rms_forward_packed_min_bytes = 8 << 20;
+  t.forward_packed_items_target = 2;
+  t.forward_packed_block_threads = 256;
+  struct Expected {
+    Problem problem;
+    int vec, items, threads_per_row, block_threads;
+    std::int64_t blocks;
+  };
+  for (const Expected& e : {
+           // 512 vectors of 8: 256 threads of 2 vectors, a block a row
+           Expected{forward(131072, 4096, true), 8, 2, 256, 256, 131072},
+           // 1024 vectors: a 512-thread block a row (kPackedRowMaxThreads)
+           Expected{forward(16384, 8192, true), 8, 2, 512, 512, 16384},
+           // 96 vectors: 64 threads of 2 (the last 32 lanes hold one), 4 rows a block
+           Expected{forward(8192, 768, true), 8, 2, 64, 256, 2048},
+           // 8 vectors: 4 threads a row, 64 rows a block; M not a multiple of the rows per block
+           Expected{forward(131073, 64, true), 8, 2, 4, 256, 2049},
+           // fp32: 4-element vectors
+           Expected{forward(4096, 1024, true, DType::F32), 4, 2, 128, 256, 2048},
+           // exactly rms_forward_packed_min_bytes
+           Expected{forward(4096, 1024, true), 8, 2, 64, 256, 1024},
+       }) {
+    const Plan pl = plan(e.problem, h200, Strategy::Auto, t);
+    SCOPED_TRACE(pl.describe());
+    EXPECT_TRUE(pl.row.packed);
+    EXPECT_NE(pl.describe().find(" packed"), std::string::npos);
+    EXPECT_EQ(pl.row.vec, e.vec);
+    EXPECT_EQ(pl.row.items, e.items);
+    EXPECT_EQ(pl.row.threads_per_row, e.threads_per_row);
+    EXPECT_EQ(pl.row.block_threads(), e.block_threads);
+    EXPECT_LE(pl.row.block_threads(), kPackedRowMaxThreads);
+    EXPECT_EQ(pl.row.blocks, e.blocks);
+    EXPECT_GE(pl.row.blocks * pl.row.rows_per_block, e.problem.rows);  // every row has its group
+    EXPECT_EQ(pl.row.stages, 0);
+    EXPECT_EQ(pl.row.smem_bytes, 0);
+    EXPECT_EQ(pl.row.split, 1);
+  }
+  // fewer bytes than the table's count: the staged walk
+  EXPECT_FALSE(plan(forward(4095, 1024, true), h200, Strategy::Auto, t).row.packed);
+  EXPECT_GT(plan(forward(4095, 1024, true), h200, Strategy::Auto, t).row.stages, 0);
+  // LayerNorm keeps its staged walk at any size
+  EXPECT_FALSE(plan(forward(131072, 4096, false), h200, Strategy::Auto, t).row.packed);
+  // rows one packed block cannot cache (2048 16-bit vectors need 4 items at 512 threads, beyond the
+  // 4-item register budget of 256): split or streamed as before
+  EXPECT_FALSE(plan(forward(16384, 16384, true), h200, Strategy::Auto, t).row.packed);
+  EXPECT_FALSE(plan(forward(4096, 65536, true), h200, Strategy::Auto, t).row.packed);
+  EXPECT_GT(plan(forward(4096, 65536, true), h200, Strategy::Auto, t).row.split, 1);
+  // unaligned rows are packed too (scalar vectors)
+  Problem unaligned = forward(8192, 1000, true);
+  unaligned.rows_vector_aligned = false;
+  const Plan scalar = plan(unaligned, h200, Strategy::Auto, t);
+  EXPECT_TRUE(scalar.row.packed);
+  EXPECT_EQ(scalar.row.vec, 1);
+  EXPECT_LE(scalar.row.block_threads(), kPackedRowMaxThreads);
+  // the table's items target: 4 items at 512 vectors -> 128 threads, 2 rows a block
+  PlannerTable four = t;
+  four.forward_packed_items_target = 4;
+  const RowShape r4 = plan(forward(131072, 4096, true), h200, Strategy::Auto, four).row;
+  EXPECT_TRUE(r4.packed);
+  EXPECT_EQ(r4.items, 4);
+  EXPECT_EQ(r4.threads_per_row, 128);
+  EXPECT_EQ(r4.block_threads(), 256);
+  EXPECT_EQ(r4.blocks, 65536);
+  // the backward never packs
+  Problem bwd = backward(131072, 4096, DType::BF16, {true, true, true}, true);
+  EXPECT_FALSE(plan(bwd, h200, Strategy::Auto, t).row.packed);
+  EXPECT_FALSE(plan(bwd, h200, Strategy::TwoPass, t).row.packed);
+  // a grid beyond the largest CUDA grid: capped, the kernel walks the rest by grid stride
+  PlannerTable tiny = t;
+  tiny.forward_packed_block_threads = 32;
+  const RowShape huge = plan(forward(std::int64_t(1) << 40, 8, true), h200, Strategy::Auto, tiny).row;
+  EXPECT_TRUE(huge.packed);
+  EXPECT_EQ(huge.blocks, kMaxGridBlocks);
 }
 
 // Plan::one_launch: small tiled plans with dX run dX and the strips as one grid, the dX rows laid
@@ -953,7 +1055,9 @@ TEST(Planner, RowStagesFitSharedMemoryOfTheResidentBlocks) {
           const std::string where = std::string(op_name(op)) + " " + strategy_name(plan.strategy) + " " +
                                     dtype_name(t) + " N = " + std::to_string(n);
           const bool cached_vectors = r.items > 0 && r.vec > 1;
-          EXPECT_EQ(r.stages > 0, cached_vectors) << where;  // enough shared memory for all of these
+          // enough shared memory for all of these; the packed walk (RMSNorm forward) is never staged
+          EXPECT_EQ(r.stages > 0, cached_vectors && !r.packed) << where;
+          if (r.packed) EXPECT_EQ(r.smem_bytes, 0) << where;
           if (r.stages == 0) continue;
           EXPECT_GE(r.stages, 2) << where;
           EXPECT_LE(r.stages, PlannerTable{}.row_pipeline_stages) << where;
@@ -1099,6 +1203,9 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.forward_split_max = 3;
   t.forward_split_min_vectors = 77;
   t.forward_split_ln_max_thread_elements = 99;
+  t.rms_forward_packed_min_bytes = 4097;
+  t.forward_packed_items_target = 4;
+  t.forward_packed_block_threads = 128;
   const std::string path = ::testing::TempDir() + "normkit_table.txt";
   { std::ofstream(path) << format_planner_table(t); }
   const PlannerTable back = load_planner_table(path);
@@ -1121,6 +1228,8 @@ TEST(PlannerTable, MalformedFileNamesTheLine) {
   expect_error("# comment\nsimple_max_rows = 4\nno_such_key = 1\n", {"line 3", "no_such_key"});
   expect_error("row_block_threads = 300\n", {"row_block_threads"});
   expect_error("row_pipeline_stages = 9\n", {"row_pipeline_stages"});
+  expect_error("forward_packed_block_threads = 1024\n", {"forward_packed_block_threads", "512"});
+  expect_error("forward_packed_block_threads = 100\n", {"forward_packed_block_threads", "power of two"});
   expect_error("fused_cluster_max_blocks = 16\n", {"fused_cluster_max_blocks"});  // beyond the portable cluster size
   expect_error("fused_min_elements = 2097152\n", {"fused_min_bytes"});  // an older table's key says what replaced it
   EXPECT_THROW(load_planner_table(path + ".missing"), Error);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -830,10 +831,42 @@ void expect_forward_matches(const HostCase& hc, const ForwardOut& out, const Ref
   EXPECT_EQ(unpoisoned_bytes(out.rstd, s.M, s.M + kGuard), 0) << "rstd: written beyond its M elements";
 }
 
+const PlannerTable& forward_packed_table(bool packed) {
+  static const PlannerTable every_row = [] {
+    PlannerTable t;
+    t.rms_forward_packed_min_bytes = 0;
+    return t;
+  }();
+  static const PlannerTable no_row = [] {
+    PlannerTable t;
+    t.rms_forward_packed_min_bytes = std::numeric_limits<std::int64_t>::max();
+    return t;
+  }();
+  return packed ? every_row : no_row;
+}
+
 void check_forward(const HostCase& hc, const DeviceCase& dc, const RefForward& ref, cudaStream_t stream) {
   SCOPED_TRACE(hc.spec.name + " forward");
   const ForwardOut out = gpu_forward(hc, dc, stream);
   expect_forward_matches(hc, out, ref);
+  // Both row walks of a cached RMSNorm row, whichever the built-in table picks: the packed one
+  // (RowShape::packed) where it can serve, and the staged / small-grid one. LayerNorm has one.
+  if (!hc.spec.rms) return;
+  for (bool packed : {true, false}) {
+    SCOPED_TRACE(packed ? "every forward row packed" : "no forward row packed");
+    const PlannerTable& table = forward_packed_table(packed);
+    const ForwardOut walk = gpu_forward(hc, dc, stream, &table);
+    if (!packed) EXPECT_FALSE(walk.plan.row.packed) << walk.plan.describe();
+    if (packed && walk.plan.row.items > 0 && walk.plan.row.split == 1)
+      EXPECT_TRUE(walk.plan.row.packed) << walk.plan.describe();
+    expect_forward_matches(hc, walk, ref);
+    if (walk.plan.row.packed && !testing::Test::HasFailure()) {
+      const ForwardOut again = gpu_forward(hc, dc, stream, &table);
+      EXPECT_TRUE(again.y.bytes == walk.y.bytes) << "packed forward y differs between identical calls";
+      EXPECT_TRUE(again.rstd.bytes == walk.rstd.bytes) << "packed forward rstd differs between identical calls";
+      EXPECT_TRUE(again.mean.bytes == walk.mean.bytes) << "packed forward mean differs between identical calls";
+    }
+  }
 }
 
 }  // namespace normkit::gputest

@@ -240,8 +240,12 @@ struct ForwardOut {
 ForwardOut gpu_forward(const HostCase& hc, const DeviceCase& dc, cudaStream_t stream = test_stream(),
                        const PlannerTable* table = nullptr);
 void expect_forward_matches(const HostCase& hc, const ForwardOut& out, const RefForward& ref);
+/// gpu_forward + expect_forward_matches, under the built-in table and under forward_packed_table(true
+/// and false): every RMSNorm forward case checks both walks of a cached row.
 void check_forward(const HostCase& hc, const DeviceCase& dc, const RefForward& ref,
                    cudaStream_t stream = test_stream());
+/// A planner table under which the RMSNorm forward packs every row it can (true) or none (false).
+const PlannerTable& forward_packed_table(bool packed);
 
 /// Builds `spec` fresh, then forward vs the reference and backward with every strategy (full mask
 /// and gamma/beta-only mask) vs the reference.
