@@ -266,7 +266,12 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
   // fp32 weights.
   const auto affine = [&](const W* v, int k, float fallback, float (&out)[VEC]) {
     const int col = g.column<VEC>(k);
-    load_weight_vec_or<W, VEC>(col < walk.cols ? v : nullptr, col, fallback, out);
+    if (v != nullptr && col < walk.cols) {
+      load_weight_vec<W, VEC>(v + col, out);
+    } else {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) out[i] = fallback;
+    }
   };
   // Slots past the slice hold 0, which x - shift would not leave out: only the valid ones are summed.
   const int valid_vectors = lane_vectors<ITEMS, VEC>(g, walk.cols);
