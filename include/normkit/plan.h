@@ -387,7 +387,7 @@ std::string format_planner_table(const PlannerTable& table);
 
 /// Largest register-cached items per thread (template instances exist for 1, 2, 4).
 constexpr int kMaxRowItems = 4;
-/// The forward's packed walk (RowShape::packed): blocks of at most kPackedRowMaxThreads threads, of
+/// RMSNorm forward's packed walk (RowShape::packed): blocks of at most kPackedRowMaxThreads threads, of
 /// which the kernel's __launch_bounds__ keep kPackedRowMinBlocks resident per SM, i.e. at most 40
 /// registers a thread (65536 / (512 x 3), rounded down to the allocation granule of 8): 48 warps an
 /// SM where the staged walk has 16.

@@ -36,10 +36,12 @@ struct RowFragment {
   /// Slot k (the interface StagedRowView shares).
   __device__ __forceinline__ Pack<T, VEC> pack(int k) const { return p[k]; }
 
-  /// Makes the fragment's registers look rewritten (an empty asm statement on each): fp32
-  /// conversions of its elements made before cannot be reused after, so across a row sum the compiler
-  /// keeps the packed fragment live (half the registers of fp32 for 16-bit types) and converts again,
-  /// instead of keeping the converted copy (forward_packed_kernel's register budget).
+  /// Makes the fragment's registers look rewritten: fp32 conversions of its elements made before
+  /// cannot be reused after, so across a row sum the compiler keeps the packed fragment live (half the
+  /// registers of fp32 for 16-bit types) and converts again, instead of keeping the converted copy
+  /// (rms_forward_packed_kernel's register budget). Each 32-bit word goes through an identity `prmt`,
+  /// which ptxas does not see through (an empty asm statement it did: the copy stayed live, 55
+  /// registers); packs of one 16-bit element only through an empty asm statement.
   __device__ __forceinline__ void forget_conversions() {
     static_assert(sizeof(Pack<T, VEC>) % 2 == 0, "packs are whole 16-bit halves");
 #pragma unroll

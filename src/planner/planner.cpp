@@ -97,7 +97,7 @@ RowShape row_kernel_shape(const Problem& p, const DeviceFacts& device, const Pla
 /// a block per forward_packed_block_threads threads' worth of rows, and a grid that covers every row
 /// (the resident blocks hide the latency, not a grid-stride pipeline). False leaves `s` alone.
 bool forward_packed_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
-  if (!is_rms(p.op) || s.items == 0 || s.split > 1) return false;
+  if (!is_rms(p.op) || s.items == 0) return false;
   if (p.rows * p.cols * std::int64_t(dtype_size(p.dtype)) < t.rms_forward_packed_min_bytes) return false;
   const int max_threads = std::min(device.max_threads_per_block, kPackedRowMaxThreads);
   RowShape packed = row_shape(p, device, t, kMaxRowItems, max_threads, std::min(t.forward_packed_block_threads, max_threads),

@@ -30,6 +30,12 @@ Problem backward(std::int64_t m, std::int64_t n, DType t = DType::F16, Mask mask
   return p;
 }
 
+Problem forward(std::int64_t m, std::int64_t n, bool rms, DType t = DType::BF16) {
+  Problem p = backward(m, n, t);
+  p.op = rms ? Op::RmsNormForward : Op::LayerNormForward;
+  return p;
+}
+
 PlannerTable unfused_table() {
   PlannerTable t;
   t.fused_enabled = false;
@@ -831,11 +837,6 @@ TEST(Planner, SmallGpuGetsFewerBlocks) {
 // The row-layout rules measured at 41c76c0 (docs/NOTES.md entry 23), and that the table turns them off.
 TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   const DeviceFacts h200 = DeviceFacts::h200();
-  auto forward = [](std::int64_t m, std::int64_t n, bool rms, DType t = DType::BF16) {
-    Problem p = backward(m, n, t);
-    p.op = rms ? Op::RmsNormForward : Op::LayerNormForward;
-    return p;
-  };
   struct Expected {
     const char* why;
     Problem problem;
@@ -902,11 +903,6 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
 // one block of at most kPackedRowMaxThreads caches; a grid that covers every row, never staged or split.
 TEST(Planner, PackedRmsForwardRowsFromTheTablesByteCount) {
   const DeviceFacts h200 = DeviceFacts::h200();
-  auto forward = [](std::int64_t m, std::int64_t n, bool rms, DType t = DType::BF16) {
-    Problem p = backward(m, n, t);
-    p.op = rms ? Op::RmsNormForward : Op::LayerNormForward;
-    return p;
-  };
   // the built-in table: from 64 MiB of x
   EXPECT_TRUE(plan(forward(131072, 4096, true), h200).row.packed);
   EXPECT_TRUE(plan(forward(16384, 8192, true), h200).row.packed);
