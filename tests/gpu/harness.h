@@ -240,6 +240,8 @@ struct ForwardOut {
 ForwardOut gpu_forward(const HostCase& hc, const DeviceCase& dc, cudaStream_t stream = test_stream(),
                        const PlannerTable* table = nullptr);
 void expect_forward_matches(const HostCase& hc, const ForwardOut& out, const RefForward& ref);
+/// Bitwise repeatability: y, mean and rstd of two identical calls are the same bytes.
+void expect_same_bits(const ForwardOut& a, const ForwardOut& b, const std::string& what);
 /// gpu_forward + expect_forward_matches, under the built-in table and under forward_packed_table(true
 /// and false): every RMSNorm forward case checks both walks of a cached row.
 void check_forward(const HostCase& hc, const DeviceCase& dc, const RefForward& ref,

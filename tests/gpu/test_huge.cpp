@@ -183,10 +183,8 @@ void check_split_forward(const Spec& spec) {
   ASSERT_GT(out.plan.row.split, 1) << out.plan.describe();
   expect_forward_matches(*hc, out, reference_forward(*hc));
   for (int run = 1; run < 3 && !testing::Test::HasFailure(); ++run) {
-    const ForwardOut again = gpu_forward(*hc, dc, test_stream(), &split_every_forward_row());
-    EXPECT_TRUE(again.y.bytes == out.y.bytes) << "split forward y differs between identical calls, run " << run;
-    EXPECT_TRUE(again.rstd.bytes == out.rstd.bytes) << "split forward rstd differs, run " << run;
-    EXPECT_TRUE(again.mean.bytes == out.mean.bytes) << "split forward mean differs, run " << run;
+    expect_same_bits(out, gpu_forward(*hc, dc, test_stream(), &split_every_forward_row()),
+                     "split forward run " + std::to_string(run));
   }
 }
 
@@ -255,10 +253,7 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
     expect_same_bits(first, gpu_backward(*hc, dc, spec.full_mask(), Strategy::Auto, test_stream()), "run " + std::to_string(run));
     expect_same_bits(fused, gpu_backward(*hc, dc, spec.full_mask(), Strategy::Fused, test_stream()),
                      "fused run " + std::to_string(run));
-    const ForwardOut again = gpu_forward(*hc, dc);
-    EXPECT_TRUE(again.y.bytes == forward.y.bytes) << "forward y differs between identical calls, run " << run;
-    EXPECT_TRUE(again.rstd.bytes == forward.rstd.bytes) << "forward rstd differs between identical calls, run " << run;
-    EXPECT_TRUE(again.mean.bytes == forward.mean.bytes) << "forward mean differs between identical calls, run " << run;
+    expect_same_bits(forward, gpu_forward(*hc, dc), "forward run " + std::to_string(run));
   }
   if (!HasFailure()) check_split_forward(spec);
 }
