@@ -5,7 +5,7 @@
 # summary is printed last.
 #
 #   scripts/gpu-check.sh [stage ...]     stages: build ctest python bench (= seed llm) llm-unstaged sweep profile
-#                                        profile-wide pyprobe pysmoke peers e2e tables
+#                                        profile-wide pyprobe pysmoke peers e2e tables tune
 #                                        (default: build ctest python bench)
 #
 # Environment: OUT (log folder, default ./gpu-check-out), JOBS (build parallelism, default nproc),
@@ -159,6 +159,12 @@ if has_stage profile; then
       --section InstructionStats -k "regex:$kernel" -c 1 \
       "$BENCH" --shape 131072,4096 --op ln_fwd,ln_bwd --dtype bf16 --strategy fused --mode events --iters 1 --warmup 0 --runs 1
   done
+fi
+if has_stage tune; then
+  # normkit-bench --tune on this GPU: the table it writes and its report (TUNE_DTYPE, default bf16).
+  run_stage tune "$BENCH" --tune "$RESULTS/h200-tune-${TUNE_DTYPE:-bf16}.table" --dtype "${TUNE_DTYPE:-bf16}" --commit "$COMMIT" \
+    --md "$RESULTS/h200-tune-${TUNE_DTYPE:-bf16}.md" --json "$RESULTS/h200-tune-${TUNE_DTYPE:-bf16}.json"
+  grep -E "^- (default|tuned|fused)|score" "$RESULTS/h200-tune-${TUNE_DTYPE:-bf16}.md" 2>/dev/null | cut -c1-220 | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
 if has_stage tables; then
   # e.g. PROBE_TABLES="default:;items2:row_items_target=2;nosplit:row_split_max=1"

@@ -431,11 +431,18 @@ TEST(Huge, MoreThan2Pow31Elements) {
                                            m - 1};
       const auto sample = take_rows(*hc, rows);
 
-      {  // forward: mean/rstd of every row, y of the sample rows, every y element written
-        const ForwardOut f = gpu_forward(*hc, dc, stream);
+      // forward: mean/rstd of every row, y of the sample rows, every y element written. RMSNorm's
+      // aligned view also runs its other row walk: the built-in table packs 4 GiB of x
+      // (rms_forward_packed_min_bytes), the table without packing takes the staged walk.
+      const RefForward forward_ref = reference_forward(*sample);
+      std::vector<const PlannerTable*> forward_tables{nullptr};
+      if (rms && n % 8 == 0) forward_tables.push_back(&forward_packed_table(false));
+      for (const PlannerTable* table : forward_tables) {
+        const ForwardOut f = gpu_forward(*hc, dc, stream, table);
+        SCOPED_TRACE("forward " + f.plan.describe());
+        if (rms && n % 8 == 0) EXPECT_EQ(f.plan.row.packed, table == nullptr) << "the walk this call was meant to run";
         EXPECT_EQ(non_finite(f.y, m * n), 0) << "y: unwritten or non-finite elements";
-        const RefForward ref = reference_forward(*sample);
-        check_rows_of(f.y, n, rows, ref.y, test::tolerance(DT::BF16), "y");
+        check_rows_of(f.y, n, rows, forward_ref.y, test::tolerance(DT::BF16), "y");
         const Err er = compare_vector(f.rstd, m, hc->rstd.to_double());
         EXPECT_LE(er.rel(), 1e-5) << "rstd vs CPU forward: " << er.describe();
         if (!rms) {
