@@ -151,13 +151,15 @@ if has_stage sweep; then
 fi
 if has_stage profile; then
   # Nsight Compute on the two kernels the large-shape targets hinge on (forward, fused backward),
-  # 131072 x 4096 bf16: occupancy, throughput and warp stall reasons.
+  # 131072 x 4096 bf16 unless PROFILE_SHAPE (M,N) / PROFILE_KERNELS / PROFILE_OPS say otherwise:
+  # occupancy, throughput and warp stall reasons.
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-  for kernel in forward_kernel fused_backward_kernel; do
+  for kernel in ${PROFILE_KERNELS:-forward_kernel fused_backward_kernel}; do
     run_stage "profile-$kernel" "$NCU" --section SpeedOfLight --section Occupancy --section LaunchStats \
       --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-      --section InstructionStats -k "regex:$kernel" -c 1 \
-      "$BENCH" --shape 131072,4096 --op ln_fwd,ln_bwd --dtype bf16 --strategy fused --mode events --iters 1 --warmup 0 --runs 1
+      --section InstructionStats --section SchedulerStats -k "regex:$kernel" -c 1 \
+      "$BENCH" --shape "${PROFILE_SHAPE:-131072,4096}" --op "${PROFILE_OPS:-ln_fwd,ln_bwd}" --dtype bf16 --strategy fused \
+      --mode events --iters 1 --warmup 0 --runs 1
   done
 fi
 if has_stage tune; then

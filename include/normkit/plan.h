@@ -170,7 +170,10 @@ struct PlannerTable {
   /// columns, from column_vec_two_pass_min_rows rows): there two-pass is taken. Under this rule
   /// tiled's 256 scalar strips at N = 8192 had made it 1.37-1.43x two-pass at 4096 x 8192, and 1.5-
   /// 1.9x at 4096..16384 x 12288 (bf16 gamma/beta, graph, docs/NOTES.md entry 30).
-  std::int64_t tiled_full_grid_percent = 97;
+  /// 97 -> 96 at the sweep after entry 31 (docs/NOTES.md entry 32): 128 vectorised strips (N = 32768
+  /// bf16, 97.0 % of 132) measured tiled 0.93x two-pass at 16384 x 32768 gamma/beta (468.6 vs 500.8 us
+  /// LayerNorm, 467.0 vs 492.1 RMSNorm) and 0.92-0.94x at M = 4096 and 8192.
+  std::int64_t tiled_full_grid_percent = 96;
   /// fused backward: used by auto whenever the row fits the register-cached layout
   bool fused_enabled = true;
   /// ... and only from fused_min_bytes of x (M x N x element size) on, with at least
@@ -199,6 +202,11 @@ struct PlannerTable {
   /// 16384 x 8192 (139 vs 149 us). Before (3adcbae): fused from 8192 rows whatever N.
   std::int64_t fused_gb_min_rows = 8192;
   std::int64_t fused_gb_min_vectors = 1024;
+  /// ... and on rows split over a cluster of at most this many blocks (rows longer than one block
+  /// holds; 1 = never split without dX). bf16, graph (docs/NOTES.md entry 32): N = 16384 (split 2)
+  /// fused / best unfused at M = 8192, 16384, 32768: LayerNorm 0.95, 0.92, 0.91; RMSNorm 0.99, 0.96,
+  /// 0.95 (16384 x 16384: 254.7 vs two-pass 275.8 us). N = 32768 (split 4): 1.06-1.21x tiled.
+  int fused_gb_max_split = 2;
   /// Rows that are not 16-byte vectorised take fused only up to this N (one thread's worth): the
   /// scalar fused path lost 2x to two-pass at N = 255 (M >= 16384) and won 2-5x at N = 1.
   std::int64_t fused_unaligned_max_cols = 32;
@@ -296,6 +304,14 @@ struct PlannerTable {
   /// (RMSNorm gamma/beta); M = 16384 0.75 / 0.88 / 0.79. It was 4096 from the c825604 sweep (fused
   /// 7.02 vs two-pass 7.72 us at M = 4097 then). Unvectorised short rows (N = 1) keep their own rule.
   std::int64_t fused_short_row_min_rows = 16384;
+  /// With dX such rows are fused from fewer rows too: from this many bytes of x (M x N x element
+  /// size), LayerNorm and RMSNorm (rms_ key) apart. bf16, graph, fused vs two-pass (docs/NOTES.md entry
+  /// 32): LayerNorm N = 64 M = 2048 / 3072 5.04 / 5.29 vs 4.65 / 4.79 us, M = 4097 5.42 vs 5.79, 8192
+  /// 6.31 vs 7.35; N = 32 M = 4097 5.54 vs 5.11, 8192 5.61 vs 5.72 (the crossover near 512 KiB of x).
+  /// RMSNorm N = 64 M = 2048 4.25 vs 4.52, 8192 5.50 vs 6.63; N = 32 M = 4097 4.45 vs 4.95; N = 16 M
+  /// = 4097 (128 KiB) 4.71 vs 4.12 (near 256 KiB).
+  std::int64_t fused_short_row_dx_min_bytes = 512 << 10;
+  std::int64_t rms_fused_short_row_dx_min_bytes = 256 << 10;
   /// Vectorised RMSNorm forward rows of at least this many vectors that one block covers with one
   /// vector per thread (at most max_threads_per_block vectors) take one vector per thread: a
   /// 1024-thread block per row, 32 warps per SM where the 4-item layout had 16. Same probe: 16384 x

@@ -385,19 +385,23 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const std::int64_t row_bytes = p.cols * std::int64_t(dtype_size(p.dtype));
   const bool vectorised = vector_width(p) > 1;
   // rows by kind: short vectorised, narrow unvectorised (one thread's worth), the rest
+  const std::int64_t x_bytes = p.rows * row_bytes;
+  const std::int64_t short_row_dx_min_bytes =
+      is_rms(p.op) ? t.rms_fused_short_row_dx_min_bytes : t.fused_short_row_dx_min_bytes;
   const bool fused_size =
       small ||
-      (short_vector_rows(p, t) ? p.rows >= t.fused_short_row_min_rows
+      (short_vector_rows(p, t) ? p.rows >= t.fused_short_row_min_rows || (p.mask.dx && x_bytes >= short_row_dx_min_bytes)
        : !vectorised           ? p.rows >= t.fused_unaligned_min_rows
        : p.mask.dx ? (p.rows >= t.fused_min_rows ||
-                      (p.rows >= t.fused_bytes_min_rows && p.rows * row_bytes >= t.fused_min_bytes &&
+                      (p.rows >= t.fused_bytes_min_rows && x_bytes >= t.fused_min_bytes &&
                        row_bytes >= t.fused_min_row_bytes))
                    : p.rows >= t.fused_gb_min_rows && row_vectors(p) >= t.fused_gb_min_vectors);
   const bool fused_layout = vectorised || p.cols <= t.fused_unaligned_max_cols;
-  // Rows split over a cluster are fused only with dX (that is what saves the second read of x and dy)
-  // and only where the device has clusters.
+  // Rows split over a cluster are fused with dX (that is what saves the second read of x and dy), or
+  // without it over clusters of at most fused_gb_max_split blocks; only where the device has clusters.
   const int split = fused_split(p, t, nullptr).split;
-  const bool fused_rows = split == 1 || (split >= 2 && p.mask.dx && device_holds_cluster(device, split));
+  const bool fused_rows =
+      split == 1 || (split >= 2 && (p.mask.dx || split <= t.fused_gb_max_split) && device_holds_cluster(device, split));
   // Rows longer than the dX kernel's split covers are streamed by it, one block a row and read twice:
   // few of them leave the GPU nearly idle, so fused takes them at any M (bf16 sweep at 3440edf, N =
   // 262144 full backward: M = 1 fused 22 vs 60 us, M = 7 43 vs 65, M = 64 95 vs 119; M = 255 265 vs
@@ -677,6 +681,7 @@ const TableKey kTableKeys[] = {
     key<&Table::fused_min_rows>("fused_min_rows"),
     key<&Table::fused_gb_min_rows>("fused_gb_min_rows"),
     key<&Table::fused_gb_min_vectors>("fused_gb_min_vectors"),
+    key<&Table::fused_gb_max_split>("fused_gb_max_split"),
     key<&Table::fused_unaligned_max_cols>("fused_unaligned_max_cols"),
     key<&Table::fused_unaligned_min_rows>("fused_unaligned_min_rows"),
     key<&Table::simple_min_cols>("simple_min_cols"),
@@ -712,6 +717,8 @@ const TableKey kTableKeys[] = {
                  : block_threads_check(v);
     }),
     key<&Table::fused_short_row_min_rows>("fused_short_row_min_rows"),
+    key<&Table::fused_short_row_dx_min_bytes>("fused_short_row_dx_min_bytes"),
+    key<&Table::rms_fused_short_row_dx_min_bytes>("rms_fused_short_row_dx_min_bytes"),
     key<&Table::row_pipeline_stages>("row_pipeline_stages",
                                  [](long long v) {
                                    return v > kMaxRowStages ? "must be at most " + std::to_string(kMaxRowStages)

@@ -131,6 +131,21 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
   EXPECT_NE(gb_only(t.fused_gb_min_rows - 1, long_row), Strategy::Fused);
   EXPECT_NE(gb_only(t.fused_gb_min_rows, long_row - 8), Strategy::Fused);  // one vector short
   EXPECT_NE(gb_only(1 << 20, 768), Strategy::Fused);                        // two-pass at N = 768, any M
+  // rows split over a cluster (longer than 512 threads x 2 vectors): without dX only over clusters of
+  // at most fused_gb_max_split blocks (N = 16384 fp16: 2), and only where the device has clusters
+  ASSERT_EQ(t.fused_gb_max_split, 2);
+  EXPECT_EQ(gb_only(t.fused_gb_min_rows, 16384), Strategy::Fused);
+  EXPECT_EQ(normkit::plan(backward(t.fused_gb_min_rows, 16384), DeviceFacts::h200()).row.split, 2);
+  EXPECT_NE(gb_only(t.fused_gb_min_rows - 1, 16384), Strategy::Fused);
+  EXPECT_NE(gb_only(t.fused_gb_min_rows, 16392), Strategy::Fused);  // 3 blocks
+  EXPECT_NE(gb_only(1 << 16, 32768), Strategy::Fused);
+  DeviceFacts no_clusters = DeviceFacts::h200();
+  no_clusters.max_cluster_blocks = no_clusters.max_nonportable_cluster_blocks = 0;
+  EXPECT_NE(normkit::plan(backward(t.fused_gb_min_rows, 16384), no_clusters).strategy, Strategy::Fused);
+  PlannerTable never_split = t;
+  never_split.fused_gb_max_split = 1;
+  EXPECT_NE(normkit::plan(backward(t.fused_gb_min_rows, 16384), DeviceFacts::h200(), Strategy::Auto, never_split).strategy,
+            Strategy::Fused);
 }
 
 TEST(Planner, TiledBandBoundaries) {
@@ -184,10 +199,10 @@ TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
   EXPECT_EQ(with_dx(cut1024 - 1, 1024), Strategy::Tiled);
   EXPECT_EQ(with_dx(cut1024, 1024), Strategy::TwoPass);
   // ... and never once the column strips (32 lanes of 8 fp16 columns) alone fill the GPU: at least
-  // tiled_full_grid_percent of its SMs (129 strips on the H200's 132)
+  // tiled_full_grid_percent of its SMs (127 strips on the H200's 132)
   const std::int64_t strip = kWarpSize * 8;
   const std::int64_t full = (std::int64_t(h200.sm_count) * t.tiled_full_grid_percent + 99) / 100;
-  EXPECT_EQ(full, 129);
+  EXPECT_EQ(full, 127);
   EXPECT_EQ(strategy(1 << 16, (full - 1) * strip), Strategy::TwoPass);
   EXPECT_EQ(strategy(1 << 16, full * strip), Strategy::Tiled);
   // ... but not where two-pass has 16-byte strips and tiled scalar ones (vectorised rows below
@@ -204,9 +219,13 @@ TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
   const std::int64_t cut16384 = 64 * 8 * t.two_pass_min_rows_per_strip;
   EXPECT_EQ(strategy(cut16384 - 1, 16384), Strategy::Tiled);
   EXPECT_EQ(strategy(cut16384, 16384), Strategy::TwoPass);
-  // scalar strips just short of filling the GPU (N = 4097: 129 strips) take tiled at any M
+  // scalar strips just short of filling the GPU (N = 4097: 129 strips; 4065: 128) take tiled at any M
   EXPECT_EQ(strategy(1 << 16, 4097), Strategy::Tiled);
-  EXPECT_EQ(strategy(1 << 16, 4065), Strategy::TwoPass);  // 128 strips
+  EXPECT_EQ(strategy(1 << 16, 4065), Strategy::Tiled);
+  EXPECT_EQ(strategy(1 << 16, 4001), Strategy::TwoPass);  // 126 strips
+  // N = 32768: 128 vectorised strips of 8 columns, tiled at every M (the measured 16384 x 32768)
+  EXPECT_EQ(strategy(16384, 32768), Strategy::Tiled);
+  EXPECT_EQ(strategy(1 << 16, 32768), Strategy::Tiled);
 }
 
 // The sweep-measured rules (docs/NOTES.md, entry 9): very wide scalar rows take simple, narrow rows with
@@ -237,8 +256,30 @@ TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
   EXPECT_EQ(normkit::plan(one_wide, h200, Strategy::Auto, t).strategy, Strategy::Simple);  // past one launch
   // narrow rows: fused from their own row counts although their rows are shorter than fused_min_row_bytes
   ASSERT_LT(64 * 2, t.fused_min_row_bytes);
-  EXPECT_EQ(strategy(t.fused_short_row_min_rows, 64), Strategy::Fused);   // short vectorised rows
-  EXPECT_NE(strategy(t.fused_short_row_min_rows - 1, 64), Strategy::Fused);
+  auto gb_only = [&](std::int64_t m, std::int64_t n, bool rms = false) {
+    return normkit::plan(backward(m, n, DType::BF16, {false, true, !rms}, rms), h200, Strategy::Auto, t).strategy;
+  };
+  EXPECT_EQ(gb_only(t.fused_short_row_min_rows, 64), Strategy::Fused);   // short vectorised rows
+  EXPECT_NE(gb_only(t.fused_short_row_min_rows - 1, 64), Strategy::Fused);
+  EXPECT_EQ(gb_only(t.fused_short_row_min_rows, 64, true), Strategy::Fused);
+  EXPECT_NE(gb_only(t.fused_short_row_min_rows - 1, 64, true), Strategy::Fused);
+  // ... and with dX from their bytes of x, LayerNorm and RMSNorm apart (bf16: 2 bytes an element)
+  auto rms_full = [&](std::int64_t m, std::int64_t n) {
+    return normkit::plan(backward(m, n, DType::BF16, {true, true, false}, true), h200, Strategy::Auto, t).strategy;
+  };
+  const std::int64_t ln_cut = t.fused_short_row_dx_min_bytes / 2, rms_cut = t.rms_fused_short_row_dx_min_bytes / 2;
+  ASSERT_LT(ln_cut / 32, t.fused_short_row_min_rows);
+  EXPECT_EQ(strategy(ln_cut / 64, 64), Strategy::Fused);  // 4096 x 64
+  EXPECT_NE(strategy(ln_cut / 64 - 1, 64), Strategy::Fused);
+  EXPECT_EQ(strategy(ln_cut / 32, 32), Strategy::Fused);  // 8192 x 32
+  EXPECT_NE(strategy(ln_cut / 32 - 1, 32), Strategy::Fused);
+  EXPECT_EQ(strategy(ln_cut / 64, 32, DType::F32), Strategy::Fused);  // bytes, not elements: 4096 x 32 fp32
+  EXPECT_NE(strategy(ln_cut / 64 - 1, 32, DType::F32), Strategy::Fused);
+  EXPECT_EQ(rms_full(rms_cut / 64, 64), Strategy::Fused);  // 2048 x 64
+  EXPECT_NE(rms_full(rms_cut / 64 - 1, 64), Strategy::Fused);
+  EXPECT_EQ(rms_full(rms_cut / 32, 32), Strategy::Fused);  // 4096 x 32
+  EXPECT_NE(rms_full(rms_cut / 16 - 1, 16), Strategy::Fused);
+  EXPECT_NE(gb_only(ln_cut / 64 * 2, 64), Strategy::Fused);  // not without dX
   EXPECT_EQ(strategy(t.fused_unaligned_min_rows, 1), Strategy::Fused);    // N = 1: scalar, fits one thread
   EXPECT_NE(strategy(t.fused_unaligned_min_rows - 1, 1), Strategy::Fused);
   EXPECT_EQ(strategy(t.fused_min_rows, 128), Strategy::Fused);            // the rest: fused_min_rows
@@ -882,11 +923,14 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   EXPECT_EQ(plan(unaligned_short_bwd, h200, Strategy::Fused).row.items, 2);
   // ... and rows longer than one vector per thread of a block are not affected
   EXPECT_EQ(plan(forward(2048, 16384, true), h200).row.items, plan(forward(2048, 16384, false), h200).row.items);
-  // Short vectorised rows take fused from fused_short_row_min_rows rows (with and without dX);
-  // unvectorised ones (N = 1) and fewer rows keep two-pass.
+  // Short vectorised rows take fused from fused_short_row_min_rows rows (with and without dX), with
+  // dX also from fused_short_row_dx_min_bytes of x (LayerNorm, 4096 x 64 bf16); unvectorised ones
+  // (N = 1) and fewer rows keep two-pass.
   EXPECT_EQ(plan(backward(16384, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::Fused);
   EXPECT_EQ(plan(backward(16384, 64, DType::BF16), h200).strategy, Strategy::Fused);
-  EXPECT_EQ(plan(backward(4097, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::TwoPass);
+  EXPECT_EQ(plan(backward(4097, 64, DType::BF16), h200).strategy, Strategy::TwoPass);
+  EXPECT_EQ(plan(backward(4096, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::Fused);
+  EXPECT_EQ(plan(backward(4095, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::TwoPass);
   EXPECT_EQ(plan(backward(16384, 1, DType::BF16, {true, true, true}), h200).strategy, Strategy::TwoPass);
   // A table can turn each rule off.
   PlannerTable off = staged;
@@ -1195,6 +1239,9 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.fused_short_row_items_target = 2;
   t.rms_forward_one_item_min_vectors = 77;
   t.fused_short_row_min_rows = 55;
+  t.fused_short_row_dx_min_bytes = 1234;
+  t.rms_fused_short_row_dx_min_bytes = 4321;
+  t.fused_gb_max_split = 4;
   t.row_stage_bytes_per_sm = 12345;
   t.forward_split_max = 3;
   t.forward_split_min_vectors = 77;
