@@ -253,6 +253,11 @@ struct PlannerTable {
   /// backward (32 x 512: dX + tiled 2.61 us, tiled alone 1.94, dX-like forward 1.85; 877b21c).
   /// 0 = two launches.
   std::int64_t one_launch_max_elements = 1 << 18;
+  /// dX vectors a thread aimed for in those launches' rows (at most kOneLaunchMaxItems): more threads
+  /// a row, each waiting on fewer loads. 2 -> 1 (fp16, graph, docs/NOTES.md entry 32): full backward
+  /// 32 x 512 LayerNorm 2.04 -> 1.93 us, RMSNorm 1.99 -> 1.93; 96 x 768 2.61 -> 2.22, 2.48 -> 2.19; 192 x
+  /// 1024 3.14 -> 3.05, 3.00 -> 2.93. Before: small_grid_items_target (2), the forward's.
+  int one_launch_items_target = 1;
   /// Thread rows of the partial reduce (two-pass pass 2, fused final step): enough that a thread
   /// sums at most kReduceRowsPerThread partial rows, and at least this many. Probe at 65c23e7+ (fp16,
   /// graph, 1 / 4 / 8 / 16): two-pass gamma/beta 1024 x 768 (16 partial rows) 7.31 / 5.33 / 6.14 /
@@ -306,11 +311,11 @@ struct PlannerTable {
   std::int64_t fused_short_row_min_rows = 16384;
   /// With dX such rows are fused from fewer rows too: from this many bytes of x (M x N x element
   /// size), LayerNorm and RMSNorm (rms_ key) apart. bf16, graph, fused vs two-pass (docs/NOTES.md entry
-  /// 32): LayerNorm N = 64 M = 2048 / 3072 5.04 / 5.29 vs 4.65 / 4.79 us, M = 4097 5.42 vs 5.79, 8192
-  /// 6.31 vs 7.35; N = 32 M = 4097 5.54 vs 5.11, 8192 5.61 vs 5.72 (the crossover near 512 KiB of x).
-  /// RMSNorm N = 64 M = 2048 4.25 vs 4.52, 8192 5.50 vs 6.63; N = 32 M = 4097 4.45 vs 4.95; N = 16 M
-  /// = 4097 (128 KiB) 4.71 vs 4.12 (near 256 KiB).
-  std::int64_t fused_short_row_dx_min_bytes = 512 << 10;
+  /// 32): LayerNorm N = 64 M = 2048 / 4096 4.98 / 5.24 vs 4.57 / 4.83 us, 8192 6.24 vs 7.31; N = 32 M =
+  /// 8192 (512 KiB) 5.59 vs 5.47 (two-pass at M = 4097 lost to its odd row count: 5.79 us, fused 5.42).
+  /// RMSNorm N = 64 M = 2048 4.16 vs 4.44, 4096 4.36 vs 4.60, 8192 5.45 vs 6.59; N = 32 M = 4096 4.31
+  /// vs 4.84; N = 16 M = 4097 (128 KiB) 4.71 vs 4.12.
+  std::int64_t fused_short_row_dx_min_bytes = 1 << 20;
   std::int64_t rms_fused_short_row_dx_min_bytes = 256 << 10;
   /// Vectorised RMSNorm forward rows of at least this many vectors that one block covers with one
   /// vector per thread (at most max_threads_per_block vectors) take one vector per thread: a

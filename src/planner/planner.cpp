@@ -359,7 +359,7 @@ int fused_cluster_blocks(const Problem& p, const DeviceFacts& device, const Plan
 
 /// Plan::one_launch for a tiled plan with dX (PlannerTable::one_launch_max_elements): the dX rows
 /// are laid out over the tiled block (rows_per_block x threads_per_row = its threads), aiming at
-/// small_grid_items_target vectors per thread; only the instances dx_and_tiled_kernel has (16-byte
+/// one_launch_items_target vectors per thread; only the instances dx_and_tiled_kernel has (16-byte
 /// vectorised rows of at most kOneLaunchMaxItems items, scalar column strips, at most
 /// kOneLaunchMaxThreads threads within the dX rows' register budget). Leaves the plan alone
 /// otherwise.
@@ -368,7 +368,7 @@ void one_launch_shape(Plan& out, const Problem& p, const DeviceFacts& device, co
   if (!p.mask.dx || !p.mask.any_gamma_beta() || p.rows * p.cols > t.one_launch_max_elements ||
       vector_width(p) == 1 || out.columns.vec != 1 || threads > kOneLaunchMaxThreads)
     return;
-  const RowShape rows = row_shape(p, device, t, kOneLaunchMaxItems, threads, threads, t.small_grid_items_target);
+  const RowShape rows = row_shape(p, device, t, kOneLaunchMaxItems, threads, threads, t.one_launch_items_target);
   if (rows.items == 0 || rows.threads_per_row * rows.rows_per_block != threads || threads > max_row_threads(rows.items))
     return;
   out.row = rows;
@@ -693,6 +693,7 @@ const TableKey kTableKeys[] = {
     key<&Table::fused_cluster_max_cols>("fused_cluster_max_cols"),
     key<&Table::fused_cluster_max_blocks>("fused_cluster_max_blocks", portable_cluster_check),
     key<&Table::one_launch_max_elements>("one_launch_max_elements"),
+    key_items<&Table::one_launch_items_target, kOneLaunchMaxItems>("one_launch_items_target"),
     key<&Table::reduce_min_block_y>("reduce_min_block_y", [](long long v) {
       return v > 1024 / kWarpSize ? "must be at most " + std::to_string(1024 / kWarpSize) : std::string();
     }),

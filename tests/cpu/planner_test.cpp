@@ -268,18 +268,17 @@ TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
     return normkit::plan(backward(m, n, DType::BF16, {true, true, false}, true), h200, Strategy::Auto, t).strategy;
   };
   const std::int64_t ln_cut = t.fused_short_row_dx_min_bytes / 2, rms_cut = t.rms_fused_short_row_dx_min_bytes / 2;
-  ASSERT_LT(ln_cut / 32, t.fused_short_row_min_rows);
-  EXPECT_EQ(strategy(ln_cut / 64, 64), Strategy::Fused);  // 4096 x 64
+  ASSERT_LT(ln_cut / 64, t.fused_short_row_min_rows);
+  EXPECT_EQ(strategy(ln_cut / 64, 64), Strategy::Fused);  // 8192 x 64
   EXPECT_NE(strategy(ln_cut / 64 - 1, 64), Strategy::Fused);
-  EXPECT_EQ(strategy(ln_cut / 32, 32), Strategy::Fused);  // 8192 x 32
-  EXPECT_NE(strategy(ln_cut / 32 - 1, 32), Strategy::Fused);
-  EXPECT_EQ(strategy(ln_cut / 64, 32, DType::F32), Strategy::Fused);  // bytes, not elements: 4096 x 32 fp32
+  EXPECT_NE(strategy(ln_cut / 64, 32), Strategy::Fused);  // 8192 x 32: half the bytes
+  EXPECT_EQ(strategy(ln_cut / 64, 32, DType::F32), Strategy::Fused);  // bytes, not elements: 8192 x 32 fp32
   EXPECT_NE(strategy(ln_cut / 64 - 1, 32, DType::F32), Strategy::Fused);
   EXPECT_EQ(rms_full(rms_cut / 64, 64), Strategy::Fused);  // 2048 x 64
   EXPECT_NE(rms_full(rms_cut / 64 - 1, 64), Strategy::Fused);
   EXPECT_EQ(rms_full(rms_cut / 32, 32), Strategy::Fused);  // 4096 x 32
   EXPECT_NE(rms_full(rms_cut / 16 - 1, 16), Strategy::Fused);
-  EXPECT_NE(gb_only(ln_cut / 64 * 2, 64), Strategy::Fused);  // not without dX
+  EXPECT_NE(gb_only(ln_cut / 64, 64), Strategy::Fused);  // not without dX
   EXPECT_EQ(strategy(t.fused_unaligned_min_rows, 1), Strategy::Fused);    // N = 1: scalar, fits one thread
   EXPECT_NE(strategy(t.fused_unaligned_min_rows - 1, 1), Strategy::Fused);
   EXPECT_EQ(strategy(t.fused_min_rows, 128), Strategy::Fused);            // the rest: fused_min_rows
@@ -924,13 +923,14 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   // ... and rows longer than one vector per thread of a block are not affected
   EXPECT_EQ(plan(forward(2048, 16384, true), h200).row.items, plan(forward(2048, 16384, false), h200).row.items);
   // Short vectorised rows take fused from fused_short_row_min_rows rows (with and without dX), with
-  // dX also from fused_short_row_dx_min_bytes of x (LayerNorm, 4096 x 64 bf16); unvectorised ones
+  // dX also from fused_short_row_dx_min_bytes of x (LayerNorm, 8192 x 64 bf16); unvectorised ones
   // (N = 1) and fewer rows keep two-pass.
   EXPECT_EQ(plan(backward(16384, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::Fused);
   EXPECT_EQ(plan(backward(16384, 64, DType::BF16), h200).strategy, Strategy::Fused);
   EXPECT_EQ(plan(backward(4097, 64, DType::BF16), h200).strategy, Strategy::TwoPass);
-  EXPECT_EQ(plan(backward(4096, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::Fused);
-  EXPECT_EQ(plan(backward(4095, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::TwoPass);
+  EXPECT_EQ(plan(backward(8192, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::Fused);
+  EXPECT_EQ(plan(backward(8191, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::TwoPass);
+  EXPECT_EQ(plan(backward(2048, 64, DType::BF16, {true, true, false}, true), h200).strategy, Strategy::Fused);
   EXPECT_EQ(plan(backward(16384, 1, DType::BF16, {true, true, true}), h200).strategy, Strategy::TwoPass);
   // A table can turn each rule off.
   PlannerTable off = staged;
@@ -1043,10 +1043,11 @@ TEST(Planner, OneLaunchForSmallTiledPlansWithDx) {
     TileBand band;
     int items, threads_per_row, blocks;
   };
-  // the seed's three small cases: Tile-8 (32 x 8 threads), Tile-64 and Tile-128 (32 x 16)
-  for (const Expected& e : {Expected{32, 512, DType::F16, TileBand::Tile8, 2, 32, 4},
-                            Expected{96, 768, DType::F16, TileBand::Tile64, 2, 64, 12},
-                            Expected{192, 1024, DType::BF16, TileBand::Tile128, 2, 64, 24}}) {
+  // the seed's three small cases: Tile-8 (32 x 8 threads), Tile-64 and Tile-128 (32 x 16), one
+  // vector a thread (one_launch_items_target)
+  for (const Expected& e : {Expected{32, 512, DType::F16, TileBand::Tile8, 1, 64, 8},
+                            Expected{96, 768, DType::F16, TileBand::Tile64, 1, 128, 24},
+                            Expected{192, 1024, DType::BF16, TileBand::Tile128, 1, 128, 48}}) {
     const Plan pl = plan(backward(e.m, e.n, e.t, full), h200);
     SCOPED_TRACE(pl.describe());
     EXPECT_EQ(pl.strategy, Strategy::Tiled);
@@ -1076,6 +1077,12 @@ TEST(Planner, OneLaunchForSmallTiledPlansWithDx) {
   const Plan two = plan(backward(32, 512, DType::F16, full), h200, Strategy::Auto, off);
   EXPECT_FALSE(two.one_launch);
   EXPECT_EQ(two.row.block_threads(), 64);  // the small-grid dX layout again
+  PlannerTable two_items;
+  two_items.one_launch_items_target = 2;  // the layout before entry 32
+  const Plan before = plan(backward(96, 768, DType::F16, full), h200, Strategy::Auto, two_items);
+  EXPECT_TRUE(before.one_launch);
+  EXPECT_EQ(before.row.items, 2);
+  EXPECT_EQ(before.row.threads_per_row, 64);
 }
 
 // Row staging (RowShape::stages): every row-cached kernel of 16-byte vectors is staged, within the
@@ -1242,6 +1249,7 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.fused_short_row_dx_min_bytes = 1234;
   t.rms_fused_short_row_dx_min_bytes = 4321;
   t.fused_gb_max_split = 4;
+  t.one_launch_items_target = 2;
   t.row_stage_bytes_per_sm = 12345;
   t.forward_split_max = 3;
   t.forward_split_min_vectors = 77;
