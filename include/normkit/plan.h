@@ -287,12 +287,19 @@ struct PlannerTable {
   int row_items_target = 4;                  ///< vectors per thread aimed for when sizing a group
   int row_block_threads = 256;               ///< threads per block when several rows share a block (power of 2)
   int row_blocks_per_sm = 8;                 ///< grid-stride cap for row kernels
-  /// Forward and dX launches to which the layout above gives fewer than small_grid_blocks blocks (a
+  /// dX launches to which the layout above gives fewer than small_grid_blocks blocks (a
   /// few rows: 32 x 512 made 2 blocks of 16 rows) aim at small_grid_items_target vectors per thread in
   /// blocks of small_grid_block_threads instead: the rows spread over more SMs, and each thread waits
   /// for fewer loads. Probe at 41c76c0 (bf16, graph, docs/NOTES.md entry 23): forward 32 x 512 LN
   /// 2.29 -> 1.85 us, RMS 2.02 -> 1.76 us; at 96 x 768 (12 blocks) within 2 %.
   std::int64_t small_grid_blocks = 16;
+  /// The same rule for the forward, from this many blocks (small_grid_blocks is the dX kernel's).
+  /// 16 -> 64 (bf16, graph, docs/NOTES.md entry 32): forward 32 x 4096 LN 2.87 -> 2.58 us, RMS 2.48 ->
+  /// 2.28; 64 x 4096 2.99 -> 2.68, 2.61 -> 2.39; RMS 16 x 8192 2.71 -> 2.53, 32 x 8192 2.85 -> 2.67,
+  /// 192 x 1024 2.31 -> 2.26; LayerNorm 16 / 32 x 8192 and 192 / 256 x 1024 within 1 %. The dX
+  /// kernel keeps 16: at 64 its 256 x 1024 full backward (tiled, two launches) lost 12 % (4.19 ->
+  /// 4.70 us).
+  std::int64_t forward_small_grid_blocks = 64;
   int small_grid_items_target = 2;
   int small_grid_block_threads = 64;
   /// Vectorised rows of at most short_row_max_vectors 16-byte vectors (64 16-bit columns) spread

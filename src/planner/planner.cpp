@@ -80,7 +80,7 @@ RowShape row_kernel_shape(const Problem& p, const DeviceFacts& device, const Pla
   const int max_threads = device.max_threads_per_block;
   RowShape s = row_shape(p, device, t, kMaxRowItems, max_threads, t.row_block_threads, t.row_items_target);
   if (s.items == 0) return s;  // streamed rows keep their layout
-  if (s.blocks < t.small_grid_blocks)
+  if (s.blocks < (is_backward(p.op) ? t.small_grid_blocks : t.forward_small_grid_blocks))
     return row_shape(p, device, t, kMaxRowItems, max_threads, t.small_grid_block_threads, t.small_grid_items_target);
   if (is_backward(p.op)) return s;
   if (short_vector_rows(p, t))
@@ -704,6 +704,7 @@ const TableKey kTableKeys[] = {
     key<&Table::row_block_threads>("row_block_threads", block_threads_check),
     key_at_least_one<&Table::row_blocks_per_sm>("row_blocks_per_sm"),
     key<&Table::small_grid_blocks>("small_grid_blocks"),
+    key<&Table::forward_small_grid_blocks>("forward_small_grid_blocks"),
     key_items<&Table::small_grid_items_target, kMaxRowItems>("small_grid_items_target"),
     key<&Table::small_grid_block_threads>("small_grid_block_threads", block_threads_check),
     key<&Table::short_row_max_vectors>("short_row_max_vectors"),

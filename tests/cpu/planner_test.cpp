@@ -888,8 +888,12 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
       {"small grid, forward", forward(32, 512, false), Strategy::Auto, 2, 32, 64},
       // (two-pass: a tiled plan this small runs dX in the tiled launch, OneLaunch below)
       {"small grid, dX", backward(32, 512, DType::F16, {true, true, true}), Strategy::TwoPass, 2, 32, 64},
-      // a grid already as large as small_grid_blocks keeps the 4-item layout
+      // a grid already as large as forward_small_grid_blocks keeps the 4-item layout
       {"large enough grid", forward(1024, 768, false), Strategy::Auto, 4, 32, 256},
+      // 64 x 4096: 32 blocks of 2 rows, under the forward's 64 (2 items, a row a block of 256 threads);
+      // the dX kernel's threshold is 16: 256 x 1024 with dX keeps 32 blocks of 4 items
+      {"small forward grid", forward(64, 4096, true), Strategy::Auto, 2, 256, 256},
+      {"dX grid of 32 blocks", backward(256, 1024, DType::F16, {true, true, true}), Strategy::Tiled, 4, 32, 256},
       // rows of 8 vectors (64 16-bit columns): 2 items forward, 1 item fused
       {"short rows, forward", forward(131072, 64, true), Strategy::Auto, 2, 4, 256},
       {"short rows, fused", backward(131072, 64, DType::F16, {true, true, true}), Strategy::Fused, 1, 8, 512},
@@ -935,6 +939,7 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   // A table can turn each rule off.
   PlannerTable off = staged;
   off.small_grid_blocks = 0;
+  off.forward_small_grid_blocks = 0;
   off.short_row_max_vectors = 0;
   off.rms_forward_one_item_min_vectors = 1 << 30;
   EXPECT_EQ(plan(forward(32, 512, false), h200, Strategy::Auto, off).row.items, 4);
@@ -1239,6 +1244,7 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.tiled_full_grid_percent = 55;
   t.fused_split_max = 2;
   t.small_grid_blocks = 3;
+  t.forward_small_grid_blocks = 5;
   t.small_grid_items_target = 1;
   t.small_grid_block_threads = 128;
   t.short_row_max_vectors = 2;
