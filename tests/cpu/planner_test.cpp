@@ -890,8 +890,8 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
       {"small grid, dX", backward(32, 512, DType::F16, {true, true, true}), Strategy::TwoPass, 2, 32, 64},
       // a grid already as large as forward_small_grid_blocks keeps the 4-item layout
       {"large enough grid", forward(1024, 768, false), Strategy::Auto, 4, 32, 256},
-      // 64 x 4096: 32 blocks of 2 rows, under the forward's 64 (2 items, a row a block of 256 threads);
-      // the dX kernel's threshold is 16: 256 x 1024 with dX keeps 32 blocks of 4 items
+      // 64 x 4096: 32 blocks of 2 rows, under a forward_small_grid_blocks of 64 (2 items, a row a block
+      // of 256 threads); the dX kernel's small_grid_blocks (16): 256 x 1024 with dX keeps 4 items
       {"small forward grid", forward(64, 4096, true), Strategy::Auto, 2, 256, 256},
       {"dX grid of 32 blocks", backward(256, 1024, DType::F16, {true, true, true}), Strategy::Tiled, 4, 32, 256},
       // rows of 8 vectors (64 16-bit columns): 2 items forward, 1 item fused
@@ -905,6 +905,7 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   // PackedRmsForwardRowsFromTheTablesByteCount)
   PlannerTable staged;
   staged.rms_forward_packed_min_bytes = std::numeric_limits<std::int64_t>::max();
+  staged.forward_small_grid_blocks = 64;  // the measured value (entry 32), not yet the built-in one
   for (const Expected& e : cases) {
     const RowShape r = plan(e.problem, h200, e.strategy, staged).row;
     EXPECT_EQ(r.items, e.items) << e.why;
@@ -912,6 +913,7 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
     EXPECT_EQ(r.block_threads(), e.block_threads) << e.why;
   }
   EXPECT_EQ(plan(forward(32, 512, false), h200).row.blocks, 16);
+  EXPECT_EQ(plan(forward(64, 4096, true), h200).row.items, 4);  // the built-in forward_small_grid_blocks: 16
   // unvectorised rows keep the general layout for the row-length rules: 1024 scalar columns would
   // be 1024 "vectors" for the RMSNorm rule, and 8 for the short-row rules
   Problem unaligned = forward(16384, 1024, true);
