@@ -863,7 +863,7 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
     for (const PackedPoint& p : packed_points) candidates.push_back(p.bytes);  // each measured size a cut
     for (std::int64_t c : candidates) {
       const double sc = packed_score(c);
-      // ties keep the smaller threshold's neighbour out: only a strictly better score moves the key
+      // only a strictly better score moves the key: on a tie the default stays
       if (sc < packed_best_score - 1e-6) {
         packed_best_score = sc;
         best_table.rms_forward_packed_min_bytes = c;
