@@ -296,11 +296,10 @@ struct PlannerTable {
   /// The same rule for the forward, from this many blocks (small_grid_blocks is the dX kernel's).
   /// Measured 16 -> 64 (bf16, graph, docs/NOTES.md entry 32): forward 32 x 4096 LN 2.87 -> 2.58 us,
   /// RMS 2.48 -> 2.28; 64 x 4096 2.99 -> 2.68, 2.61 -> 2.39; RMS 16 x 8192 2.71 -> 2.53, 32 x 8192 2.85
-  /// -> 2.67, 192 x 1024 2.31 -> 2.26; LayerNorm 16 / 32 x 8192 and 192 / 256 x 1024 within 1 %. Kept
-  /// at 16 until the GPU suite has run the layouts 64 gives (no device time was left to run it after
-  /// that probe); the dX kernel stays at 16 either way: at 64 its 256 x 1024 full backward (tiled, two
-  /// launches) lost 12 % (4.19 -> 4.70 us).
-  std::int64_t forward_small_grid_blocks = 16;
+  /// -> 2.67, 192 x 1024 2.31 -> 2.26; LayerNorm 16 / 32 x 8192 and 192 / 256 x 1024 within 1 %. The
+  /// dX kernel stays at 16: at 64 its 256 x 1024 full backward (tiled, two launches) lost 12 %
+  /// (4.19 -> 4.70 us).
+  std::int64_t forward_small_grid_blocks = 64;
   int small_grid_items_target = 2;
   int small_grid_block_threads = 64;
   /// Vectorised rows of at most short_row_max_vectors 16-byte vectors (64 16-bit columns) spread

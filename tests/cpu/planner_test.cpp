@@ -905,7 +905,6 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   // PackedRmsForwardRowsFromTheTablesByteCount)
   PlannerTable staged;
   staged.rms_forward_packed_min_bytes = std::numeric_limits<std::int64_t>::max();
-  staged.forward_small_grid_blocks = 64;  // the measured value (entry 32), not yet the built-in one
   for (const Expected& e : cases) {
     const RowShape r = plan(e.problem, h200, e.strategy, staged).row;
     EXPECT_EQ(r.items, e.items) << e.why;
@@ -913,7 +912,7 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
     EXPECT_EQ(r.block_threads(), e.block_threads) << e.why;
   }
   EXPECT_EQ(plan(forward(32, 512, false), h200).row.blocks, 16);
-  EXPECT_EQ(plan(forward(64, 4096, true), h200).row.items, 4);  // the built-in forward_small_grid_blocks: 16
+  EXPECT_EQ(plan(forward(64, 4096, true), h200).row.items, 2);  // the built-in forward_small_grid_blocks: 64
   // unvectorised rows keep the general layout for the row-length rules: 1024 scalar columns would
   // be 1024 "vectors" for the RMSNorm rule, and 8 for the short-row rules
   Problem unaligned = forward(16384, 1024, true);
