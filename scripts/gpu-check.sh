@@ -5,7 +5,7 @@
 # summary is printed last.
 #
 #   scripts/gpu-check.sh [stage ...]     stages: build ctest python bench (= seed llm) llm-unstaged sweep profile
-#                                        profile-wide pyprobe pysmoke peers e2e tables tune
+#                                        profile-wide profile-peers pyprobe pysmoke peers e2e tables tune
 #                                        (default: build ctest python bench)
 #
 # Environment: OUT (log folder, default ./gpu-check-out), JOBS (build parallelism, default nproc),
@@ -160,6 +160,28 @@ if has_stage profile; then
       --section InstructionStats --section SchedulerStats -k "regex:$kernel" -c 1 \
       "$BENCH" --shape "${PROFILE_SHAPE:-131072,4096}" --op "${PROFILE_OPS:-ln_fwd,ln_bwd}" --dtype bf16 --strategy fused \
       --mode events --iters 1 --warmup 0 --runs 1
+  done
+fi
+if has_stage profile-peers; then
+  # Nsight Compute on normkit's kernels (normkit-bench, auto plan) and the peers' (bench/peer_kernels.py)
+  # for the same bench/peers.py cases: PROFILE_CASES (default: the three small seed cases),
+  # PROFILE_PEERS (default liger,eager), PROFILE_PEER_OP fwd or full (default fwd), PROFILE_REGEX the
+  # kernels' names (default: every norm / forward kernel). Duration, launch shape, stall reasons.
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  NCU_ARGS=(--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats
+            --metrics gpu__time_duration.sum,smsp__inst_executed.sum -k "regex:${PROFILE_REGEX:-norm|forward}" -c 12)
+  PEER_OP=${PROFILE_PEER_OP:-fwd}
+  LIGER_ARGS=()
+  [ -d third_party_peers/liger/liger_kernel ] && LIGER_ARGS=(--liger-path "$ROOT/third_party_peers/liger")
+  for case in $(echo "${PROFILE_CASES:-tile8_small,tile64_medium,tile128_medium}" | tr ',' ' '); do
+    read -r m n dt family < <(python3 bench/peer_kernels.py --cases "$case" --describe)
+    [ "$PEER_OP" = fwd ] && bench_op=${family}_fwd || bench_op=${family}_bwd
+    run_stage "profile-peers-$case-normkit" "$NCU" "${NCU_ARGS[@]}" "$BENCH" --shape "$m,$n" --op "$bench_op" --dtype "$dt" \
+      --strategy auto --mode events --iters 2 --warmup 0 --runs 1
+    run_stage "profile-peers-$case" "$NCU" "${NCU_ARGS[@]}" python3 bench/peer_kernels.py --cases "$case" \
+      --peers "${PROFILE_PEERS:-liger,eager}" --ops "$PEER_OP" --calls 2 "${LIGER_ARGS[@]}"
+    grep -hE "^  [^ ].*\(|Duration|gpu__time_duration|smsp__inst_executed.sum|Grid Size|Block Size" \
+      "$LOGS/profile-peers-$case-normkit.log" "$LOGS/profile-peers-$case.log" | cut -c1-120 | sed "s/^/  $case: /" >> "$LOGS/profile-peers-summary.txt"
   done
 fi
 if has_stage tune; then
