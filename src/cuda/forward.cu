@@ -34,8 +34,18 @@ struct ForwardParams {
   int slice_cols;  // RowShape::slice_cols: columns per block of a split row
 };
 
-/// The forward's row sums take the block-barrier form (row_group_sum says why).
+/// The forward's row sums take the block-barrier form (row_group_sum says why): the staged and wide
+/// walks throughout, and the split and packed kernels.
 constexpr bool kForwardGroupLocal = false;
+/// The cached walk's row sums: the group-local form (groups of 2-4 warps read their warp sums
+/// directly, no second butterfly) in the unstaged walks of up to 2 vectors a thread, which serve small
+/// grids, where the row's latency is the kernel's time (ncu at 9825bf9: 96 x 768 fp16, a row of 64
+/// threads, 405 instructions a warp against Liger's 159 with 128 threads a row); the block-barrier form
+/// elsewhere.
+template <bool kStaged, int ITEMS>
+constexpr bool forward_group_local() {
+  return !kStaged && ITEMS > 0 && ITEMS <= 2;
+}
 
 /// The staged copies of a forward walk: this lane's slots of the columns [col0, col0 + cols) of rows
 /// first, first + step, ... in iteration order, with a running row pointer instead of a 64-bit
@@ -68,6 +78,7 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
   const std::int64_t row_step = walk.units * p.rows_per_block;
   const float inv_n = p.inv_cols;
   const std::int64_t first = walk.unit * p.rows_per_block;
+  constexpr bool kGroupLocal = forward_group_local<kStaged, ITEMS>();
 
   if constexpr (ITEMS > 0) {
     // A lane owns the same columns in every row: small fragments of staged walks keep weight and bias
@@ -92,17 +103,17 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
         for (int i = 0; i < VEC; ++i) x[k][i] = xv.at(k, i);
       float mean = 0.f, rstd;
       if constexpr (kRms) {
-        const float sq = row_group_sum1<kForwardGroupLocal>(lane_sum(x, [](float v) { return v * v; }), g.threads, scratch);
+        const float sq = row_group_sum1<kGroupLocal>(lane_sum(x, [](float v) { return v * v; }), g.threads, scratch);
         rstd = rsqrtf(sq * inv_n + p.eps);
       } else {
         // padding slots hold 0: the sum needs no mask; the squared deviations do (0 - mean != 0)
-        mean = row_group_sum1<kForwardGroupLocal>(lane_sum(x, [](float v) { return v; }), g.threads, scratch) * inv_n;
+        mean = row_group_sum1<kGroupLocal>(lane_sum(x, [](float v) { return v; }), g.threads, scratch) * inv_n;
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
           for (int i = 0; i < VEC; ++i) x[k][i] -= mean;  // from here on x holds x - mean
         const float lane_m2 = lane_sum(x, [](float d) { return d * d; }, valid_vectors);
-        rstd = rsqrtf(row_group_sum1<kForwardGroupLocal>(lane_m2, g.threads, scratch) * inv_n + p.eps);
+        rstd = rsqrtf(row_group_sum1<kGroupLocal>(lane_m2, g.threads, scratch) * inv_n + p.eps);
       }
 
       T* y_row = p.y.row(active ? r : 0);
