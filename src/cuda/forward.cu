@@ -37,11 +37,11 @@ struct ForwardParams {
 /// The forward's row sums take the block-barrier form (row_group_sum says why): the staged and wide
 /// walks throughout, and the split and packed kernels.
 constexpr bool kForwardGroupLocal = false;
-/// The cached walk's row sums: the group-local form (groups of 2-4 warps read their warp sums
-/// directly, no second butterfly) in the unstaged walks of up to 2 vectors a thread, which serve small
-/// grids, where the row's latency is the kernel's time (ncu at 9825bf9: 96 x 768 fp16, a row of 64
-/// threads, 405 instructions a warp against Liger's 159 with 128 threads a row); the block-barrier form
-/// elsewhere.
+/// The cached walk's row sums in the unstaged walks of up to 2 vectors a thread, which serve small
+/// grids, where a row's latency is the kernel's time: groups of 2-4 warps take the group-local form
+/// (their warp sums read directly, no second butterfly; 96 x 768 fp16 LN 2.34 -> 2.28 us, 256 x 1024
+/// 2.59 -> 2.49, graph, fcf7b5d); wider groups keep the block-barrier form, which lost nothing there
+/// (64 x 4096 LayerNorm, 8 warps a row: 2.68 us, 2.75 in the group-local form).
 template <bool kStaged, int ITEMS>
 constexpr bool forward_group_local() {
   return !kStaged && ITEMS > 0 && ITEMS <= 2;
@@ -101,19 +101,25 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
       for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
         for (int i = 0; i < VEC; ++i) x[k][i] = xv.at(k, i);
+      const auto row_sum = [&](float v) {
+        if constexpr (kGroupLocal) {
+          if (g.threads <= 4 * kWarpSize) return row_group_sum1<true>(v, g.threads, scratch);
+        }
+        return row_group_sum1<kForwardGroupLocal>(v, g.threads, scratch);
+      };
       float mean = 0.f, rstd;
       if constexpr (kRms) {
-        const float sq = row_group_sum1<kGroupLocal>(lane_sum(x, [](float v) { return v * v; }), g.threads, scratch);
+        const float sq = row_sum(lane_sum(x, [](float v) { return v * v; }));
         rstd = rsqrtf(sq * inv_n + p.eps);
       } else {
         // padding slots hold 0: the sum needs no mask; the squared deviations do (0 - mean != 0)
-        mean = row_group_sum1<kGroupLocal>(lane_sum(x, [](float v) { return v; }), g.threads, scratch) * inv_n;
+        mean = row_sum(lane_sum(x, [](float v) { return v; })) * inv_n;
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
           for (int i = 0; i < VEC; ++i) x[k][i] -= mean;  // from here on x holds x - mean
         const float lane_m2 = lane_sum(x, [](float d) { return d * d; }, valid_vectors);
-        rstd = rsqrtf(row_group_sum1<kGroupLocal>(lane_m2, g.threads, scratch) * inv_n + p.eps);
+        rstd = rsqrtf(row_sum(lane_m2) * inv_n + p.eps);
       }
 
       T* y_row = p.y.row(active ? r : 0);
