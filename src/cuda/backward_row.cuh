@@ -196,7 +196,7 @@ __device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p
     const std::int64_t row_step = walk.units * p.rows_per_block;
     const RowPtr<const T> xs{p.x.data + walk.col0, p.x.stride}, dys{p.dy.data + walk.col0, p.dy.stride};
     // The block's first row decides (the same for all its threads): no iteration count needed.
-    for (std::int64_t base = first - g.index; base < p.rows; base += row_step) {
+    first_row_walk(first - g.index, p.rows, row_step, [&](std::int64_t base) {
       const std::int64_t r = base + g.index;
       const bool active = r < p.rows;
       RowFragment<T, ITEMS, VEC> xv, dyv;
@@ -205,7 +205,7 @@ __device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p
       float mean = 0.f, rstd = 0.f;
       if (active) row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
       body(r, active, xv, dyv, mean, rstd);
-    }
+    });
   }
 }
 

@@ -147,15 +147,15 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
             body(r, active, xv);
           });
     } else {
-      // The block's first row decides (the same for all its threads): the loop needs no iteration
-      // count, and the first load waits for nothing but a compare.
-      for (std::int64_t base = first; base < p.rows; base += row_step) {
+      // Rows first, first + row_step, ... while the block's first row is below M (the same for all its
+      // threads: no iteration count). Tested after each row, not before the first (first_row_walk).
+      first_row_walk(first, p.rows, row_step, [&](std::int64_t base) {
         const std::int64_t r = base + g.index;
         const bool active = r < p.rows;
         RowFragment<T, ITEMS, VEC> xv;
         xv.load(p.x.row(active ? r : 0), g, p.cols, active);
         body(r, active, xv);
-      }
+      });
     }
   } else {
     // Streaming: pass 1 shifted sums, pass 2 normalise and write (the second read mostly hits L2).
