@@ -182,10 +182,8 @@ struct StagedBackwardRows {
 /// nothing). Only the block's slice of a row is loaded (walk: all N columns unless the row is split
 /// over a cluster). Staged (kStaged: p.stages deep through shared memory, see RowStages) or loaded
 /// straight into registers. kViews (staged walks only): x and dy are handed over as StagedRowViews,
-/// read slot by slot where the body uses them, instead of RowFragments. kTestFirst: unstaged walks
-/// test the block's first row before it too (first_row_walk).
-template <bool kStaged, bool kRms, int ITEMS, int VEC, bool kViews = false, bool kTestFirst = false, typename T, typename W,
-          typename Body>
+/// read slot by slot where the body uses them, instead of RowFragments.
+template <bool kStaged, bool kRms, int ITEMS, int VEC, bool kViews = false, typename T, typename W, typename Body>
 __device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p, const RowGroup& g, const RowWalk& walk,
                                                    Body&& body) {
   if constexpr (kStaged) {
@@ -198,7 +196,7 @@ __device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p
     const std::int64_t row_step = walk.units * p.rows_per_block;
     const RowPtr<const T> xs{p.x.data + walk.col0, p.x.stride}, dys{p.dy.data + walk.col0, p.dy.stride};
     // The block's first row decides (the same for all its threads): no iteration count needed.
-    first_row_walk<kTestFirst>(first - g.index, p.rows, row_step, [&](std::int64_t base) {
+    for (std::int64_t base = first - g.index; base < p.rows; base += row_step) {
       const std::int64_t r = base + g.index;
       const bool active = r < p.rows;
       RowFragment<T, ITEMS, VEC> xv, dyv;
@@ -207,7 +205,7 @@ __device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p
       float mean = 0.f, rstd = 0.f;
       if (active) row_stats<kRms>(p.mean, p.rstd, r, mean, rstd);
       body(r, active, xv, dyv, mean, rstd);
-    });
+    }
   }
 }
 
@@ -255,9 +253,7 @@ __device__ __forceinline__ void dx_cached_rows(const BackwardParams<T, W>& p, co
   __shared__ typename ClusterSum<2>::Storage cluster_storage;
   ClusterSum<2> cluster(cluster_storage, p.split);
   if constexpr (kSplit) cluster.start();
-  // Split rows keep the test before the first row: without it ptxas spilled 20 bytes in the
-  // unstaged LayerNorm fp16 4 x 8 instance (f6a34cf).
-  walk_backward_rows<kStaged, kRms, ITEMS, VEC, false, kSplit>(
+  walk_backward_rows<kStaged, kRms, ITEMS, VEC>(
       p, g, walk, [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv,
                       const RowFragment<T, ITEMS, VEC>& dyv, float mean, float rstd) {
         if constexpr (!kKeepWeights) w.load(weight, g, walk.cols, 1.f);

@@ -40,11 +40,32 @@ constexpr bool kForwardGroupLocal = false;
 /// The cached walk's row sums in the unstaged walks of up to 2 vectors a thread, which serve small
 /// grids, where a row's latency is the kernel's time: groups of 2-4 warps take the group-local form
 /// (their warp sums read directly, no second butterfly; 96 x 768 fp16 LN 2.34 -> 2.28 us, 256 x 1024
-/// 2.59 -> 2.49, graph, fcf7b5d); wider groups keep the block-barrier form, which lost nothing there
-/// (64 x 4096 LayerNorm, 8 warps a row: 2.68 us, 2.75 in the group-local form).
+/// 2.59 -> 2.49, graph, fcf7b5d); wider groups keep the block-barrier form (64 x 4096 LayerNorm, 8
+/// warps a row: 2.75 us in the group-local form at fcf7b5d, 2.57 in the block-barrier one at 982edf5).
 template <bool kStaged, int ITEMS>
 constexpr bool forward_group_local() {
   return !kStaged && ITEMS > 0 && ITEMS <= 2;
+}
+
+/// The unstaged cached walk's row loop: visit(base) for base = first, first + step, ... while base <
+/// rows, tested after each row and not before the first. Planned grids give every block a row
+/// (blocks <= ceil(M / rows_per_block)); a test before the first row put an exit branch on two kernel
+/// parameters (M, rows_per_block) ahead of every other parameter read and every load, so that the
+/// reads of the weight pointers and the grid size each waited for a constant-cache miss of their own
+/// (ncu at 982edf5, 96 x 768 fp16 forward, 128 threads a row: ~200 of the kernel's 1811 warp stall
+/// samples on those reads, where Liger's forward of the same shape spends its misses at once).
+/// Measured (f16, graph, b769bc9 against 982edf5): RMSNorm forward 2-4 % faster at 32 x 512 - 64 x
+/// 4096, LayerNorm -2 .. +2 %. The backward's unstaged walk (walk_backward_rows) keeps its loop: the
+/// same change there measured within 1 % of it, and made ptxas spill in a split dX instance. A
+/// block past the last row (none in planned grids) visits one iteration in which every group is
+/// inactive, and inactive groups load and store nothing (the walk's contract).
+template <typename Visit>
+__device__ __forceinline__ void first_row_walk(std::int64_t first, std::int64_t rows, std::int64_t step, Visit&& visit) {
+  std::int64_t base = first;
+  do {
+    visit(base);
+    base += step;
+  } while (base < rows);
 }
 
 /// The staged copies of a forward walk: this lane's slots of the columns [col0, col0 + cols) of rows

@@ -216,29 +216,6 @@ struct RowWalk {
   }
 };
 
-/// The unstaged walks' row loop: visit(base) for base = first, first + step, ... while base < rows,
-/// tested after each row and not before the first. Planned grids give every block a row (blocks <=
-/// ceil(M / rows_per_block)); a test before the first row put an exit branch on two kernel
-/// parameters (M, rows_per_block) ahead of every other parameter read and every load, so that the
-/// reads of the weight pointers and the grid size each waited for a constant-cache miss of their own
-/// (ncu at 982edf5, 96 x 768 fp16 forward, 128 threads a row: ~200 of the kernel's 1811 warp stall
-/// samples on those reads, where Liger's forward of the same shape spends its misses at once). A
-/// block past the last row (none in planned grids) visits one iteration in which every group is
-/// inactive, and inactive groups load and store nothing (the walks' contract). kTestFirst keeps the
-/// test before the first row too (where dropping it cost registers: RowWalk users say which).
-template <bool kTestFirst = false, typename Visit>
-__device__ __forceinline__ void first_row_walk(std::int64_t first, std::int64_t rows, std::int64_t step, Visit&& visit) {
-  if constexpr (kTestFirst) {
-    for (std::int64_t base = first; base < rows; base += step) visit(base);
-  } else {
-    std::int64_t base = first;
-    do {
-      visit(base);
-      base += step;
-    } while (base < rows);
-  }
-}
-
 /// Sums over the blocks of this block's cluster (a split row, RowWalk) of values each block has
 /// already summed over its threads. Pushed, not pulled: send() has lane r < split of warp 0 store this
 /// block's values into slot [my rank] of rank r's shared memory with st.async, which completes bytes
