@@ -166,10 +166,11 @@ if has_stage profile-peers; then
   # Nsight Compute on normkit's kernels (normkit-bench, auto plan) and the peers' (bench/peer_kernels.py)
   # for the same bench/peers.py cases: PROFILE_CASES (default: the three small seed cases),
   # PROFILE_PEERS (default liger,eager), PROFILE_PEER_OP fwd or full (default fwd), PROFILE_REGEX the
-  # kernels' names (default: every norm / forward kernel). Duration, launch shape, stall reasons.
+  # kernels' names (default: normkit's, ATen's, Liger's and Inductor's norm kernels, not the bench's
+  # input fills). Duration, instructions, launch shape, warp states.
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   NCU_ARGS=(--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats
-            --metrics gpu__time_duration.sum,smsp__inst_executed.sum -k "regex:${PROFILE_REGEX:-norm|forward}" -c 12)
+            --metrics gpu__time_duration.sum,smsp__inst_executed.sum -k "regex:${PROFILE_REGEX:-forward|backward|layer_norm|rms_norm|gamma|tiled|partial}" -c 12)
   PEER_OP=${PROFILE_PEER_OP:-fwd}
   LIGER_ARGS=()
   [ -d third_party_peers/liger/liger_kernel ] && LIGER_ARGS=(--liger-path "$ROOT/third_party_peers/liger")

@@ -39,3 +39,15 @@ def test_peers_time_budget_lists_the_cases_not_run(tmp_path):
     assert data["meta"]["not_run"], "a spent budget leaves cases not run"
     assert "### Not run" in md
     assert len(data["results"]) + len(data["meta"]["not_run"]) == 13 + 28
+
+
+def test_peer_kernels_describes_cases_in_normkit_bench_spelling():
+    """gpu-check's profile-peers stage times normkit-bench on the shape bench/peer_kernels.py names."""
+    script = os.path.join(ROOT, "bench", "peer_kernels.py")
+    proc = subprocess.run([sys.executable, script, "--cases", "tile8_small,rms_llama_16384x8192_bf16", "--describe"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["32 512 f16 ln", "16384 8192 bf16 rms"]
+    bad = subprocess.run([sys.executable, script, "--cases", "no_such_case", "--describe"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "unknown case" in bad.stderr
