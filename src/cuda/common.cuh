@@ -339,6 +339,10 @@ __device__ __forceinline__ void group_barrier(int group_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(group_threads) : "memory");
 }
 
+/// Groups of up to this many warps read all their warp sums directly in the group-local form of
+/// row_group_sum (wider ones add them with a second butterfly).
+constexpr int kGroupSumDirectWarps = 4;
+
 /// Sums each of v[0..K) over a row group of `group_threads` threads (a power of two); every lane of
 /// the group gets the same bits. Groups up to a warp reduce with an xor butterfly; larger groups
 /// first reduce each warp and publish the warp sums in `scratch`, then:
@@ -375,7 +379,8 @@ __device__ __forceinline__ void row_group_sum(float (&v)[K], int group_threads, 
   const float* group = buffer + K * first_warp;
   if constexpr (kGroupLocal) {
     group_barrier(group_threads);
-    if (warps_per_group <= 4) {
+    if (warps_per_group <= kGroupSumDirectWarps) {
+      static_assert(kGroupSumDirectWarps == 4, "the reads below take 2 or 4 warp sums");
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         float sum = group[k] + group[K + k];

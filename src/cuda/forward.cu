@@ -58,7 +58,7 @@ constexpr bool forward_group_local() {
 /// 4096, LayerNorm -2 .. +2 %. The backward's unstaged walk (walk_backward_rows) keeps its loop: the
 /// same change there measured within 1 % of it, and made ptxas spill in a split dX instance. A
 /// block past the last row (none in planned grids) visits one iteration in which every group is
-/// inactive, and inactive groups load and store nothing (the walk's contract).
+/// inactive, and inactive groups read no row and store nothing (the walk's contract).
 template <typename Visit>
 __device__ __forceinline__ void first_row_walk(std::int64_t first, std::int64_t rows, std::int64_t step, Visit&& visit) {
   std::int64_t base = first;
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
         for (int i = 0; i < VEC; ++i) x[k][i] = xv.at(k, i);
       const auto row_sum = [&](float v) {
         if constexpr (kGroupLocal) {
-          if (g.threads <= 4 * kWarpSize) return row_group_sum1<true>(v, g.threads, scratch);
+          if (g.threads <= kGroupSumDirectWarps * kWarpSize) return row_group_sum1<true>(v, g.threads, scratch);
         }
         return row_group_sum1<kForwardGroupLocal>(v, g.threads, scratch);
       };
