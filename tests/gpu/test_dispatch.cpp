@@ -1,8 +1,8 @@
 // Dispatch coverage: the seed's test_configs_cover_all_tile_branches (every TileBand under forced
 // Tiled, several strategies under auto), the dispatch bands (M = 32, 96, 192, 1024), the band
 // boundaries (63/64, 127/128, 255/256), the two-pass cut-over found by scanning the planner with
-// fused disabled, two-pass at huge M, and the fused backward as one thread-block cluster -- each run
-// on the GPU and compared with the reference.
+// fused disabled, two-pass at huge M, the fused backward as one thread-block cluster, and the
+// forward's small-grid walk at each group width -- each run on the GPU and compared with the reference.
 #include <set>
 
 #include "harness.h"
@@ -332,6 +332,39 @@ INSTANTIATE_TEST_SUITE_P(Dispatch, OneLaunch,
                                                            DT::F32),
                                          padded(rms_spec("onelaunch_rms_M63_N256_f16_padded", 63, 256, DT::F16), 8)),
                          spec_name);
+
+// The forward's small-grid walk (unstaged, up to 2 vectors a thread; forward.cu) sums a row in one
+// form per group width: a warp's butterfly, 2-4 warps reading each other's sums directly, wider groups
+// a second butterfly after a block barrier. A case for each width, against the reference, and the
+// same bits on a second call; each asserts the layout it was chosen for.
+struct SmallGridForwardCase {
+  Spec spec;
+  int threads_per_row;
+};
+
+class SmallGridForward : public testing::TestWithParam<SmallGridForwardCase> {};
+
+TEST_P(SmallGridForward, EveryGroupWidthMatchesReference) {
+  const SmallGridForwardCase& c = GetParam();
+  const auto hc = make_host_case(c.spec);
+  const DeviceCase dc = upload_case(*hc, test_stream());
+  const ForwardOut out = gpu_forward(*hc, dc);
+  const RowShape& row = out.plan.row;
+  ASSERT_EQ(row.threads_per_row, c.threads_per_row) << out.plan.describe();
+  ASSERT_TRUE(row.items > 0 && row.items <= 2 && row.stages == 0 && !row.packed && row.split == 1)
+      << "expected the unstaged small-grid walk: " << out.plan.describe();
+  expect_forward_matches(*hc, out, reference_forward(*hc));
+  expect_same_bits(out, gpu_forward(*hc, dc), "second call");
+}
+
+INSTANTIATE_TEST_SUITE_P(Dispatch, SmallGridForward,
+                         testing::Values(SmallGridForwardCase{ln_spec("smallgrid_ln_M32_N512_f16", 32, 512, DT::F16), 32},
+                                         SmallGridForwardCase{rms_spec("smallgrid_rms_M96_N768_bf16", 96, 768, DT::BF16), 64},
+                                         SmallGridForwardCase{ln_spec("smallgrid_ln_M40_N2048_bf16", 40, 2048, DT::BF16), 128},
+                                         SmallGridForwardCase{rms_spec("smallgrid_rms_M33_N2048_f16", 33, 2048, DT::F16), 128},
+                                         SmallGridForwardCase{ln_spec("smallgrid_ln_M40_N1024_f32", 40, 1024, DT::F32), 128},
+                                         SmallGridForwardCase{ln_spec("smallgrid_ln_M40_N4096_bf16", 40, 4096, DT::BF16), 256}),
+                         [](const testing::TestParamInfo<SmallGridForwardCase>& info) { return info.param.spec.name; });
 
 }  // namespace
 }  // namespace normkit::gputest
