@@ -115,6 +115,11 @@ if has_stage pysmoke; then
   run_stage pysmoke bash scripts/python-smoke.sh
   grep -E "^(PASS|FAIL)|^compiler|^ldd" "$LOGS/pysmoke.log" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
+# Nsight Compute (the profile stages), and Liger from a source copy in the ignored
+# third_party_peers/liger (carried to the GPU machine), when present (the peer stages).
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+LIGER_ARGS=()
+[ -d third_party_peers/liger/liger_kernel ] && LIGER_ARGS=(--liger-path "$ROOT/third_party_peers/liger")
 BENCH=${PREBUILT:+$PREBUILT/normkit-bench}
 BENCH=${BENCH:-$BUILD/bench/normkit-bench}
 if has_stage bench || has_stage seed; then
@@ -131,7 +136,6 @@ if has_stage llm-unstaged; then
 fi
 if has_stage profile-wide; then
   # Nsight Compute on the streamed forward and dX kernels at 2048 x 65536 bf16 (DRAM vs L2 traffic).
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   for kernel in forward_kernel backward_dx_kernel; do
     run_stage "profile-wide-$kernel" "$NCU" --section SpeedOfLight --section Occupancy --section LaunchStats \
       --section WarpStateStats --section MemoryWorkloadAnalysis -k "regex:$kernel" -c 1 \
@@ -153,7 +157,6 @@ if has_stage profile; then
   # Nsight Compute on the two kernels the large-shape targets hinge on (forward, fused backward),
   # 131072 x 4096 bf16 unless PROFILE_SHAPE (M,N) / PROFILE_KERNELS / PROFILE_OPS say otherwise:
   # occupancy, throughput and warp stall reasons.
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   for kernel in ${PROFILE_KERNELS:-forward_kernel fused_backward_kernel}; do
     run_stage "profile-$kernel" "$NCU" --section SpeedOfLight --section Occupancy --section LaunchStats \
       --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
@@ -168,12 +171,9 @@ if has_stage profile-peers; then
   # PROFILE_PEERS (default liger,eager), PROFILE_PEER_OP fwd or full (default fwd), PROFILE_REGEX the
   # kernels' names (default: normkit's, ATen's, Liger's and Inductor's norm kernels, not the bench's
   # input fills). Duration, instructions, launch shape, warp states.
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   NCU_ARGS=(--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats
             --metrics gpu__time_duration.sum,smsp__inst_executed.sum -k "regex:${PROFILE_REGEX:-forward|backward|layer_norm|rms_norm|gamma|tiled|partial}" -c 12)
   PEER_OP=${PROFILE_PEER_OP:-fwd}
-  LIGER_ARGS=()
-  [ -d third_party_peers/liger/liger_kernel ] && LIGER_ARGS=(--liger-path "$ROOT/third_party_peers/liger")
   for case in $(echo "${PROFILE_CASES:-tile8_small,tile64_medium,tile128_medium}" | tr ',' ' '); do
     read -r m n dt family < <(python3 bench/peer_kernels.py --cases "$case" --describe)
     [ "$PEER_OP" = fwd ] && bench_op=${family}_fwd || bench_op=${family}_bwd
@@ -207,11 +207,9 @@ if has_stage tables; then
   done
 fi
 if has_stage peers; then
-  # normkit through its Python layer (installed here unless the python stage did); Liger from a source
-  # copy in the ignored third_party_peers/liger (carried to the GPU machine), when present.
+  # normkit through its Python layer (installed here unless the python stage did); Liger when present
+  # (LIGER_ARGS above).
   has_stage python || has_stage pysmoke || MAX_JOBS=$JOBS run_stage pip python3 -m pip install --no-build-isolation --no-deps -v .
-  LIGER_ARGS=()
-  [ -d third_party_peers/liger/liger_kernel ] && LIGER_ARGS=(--liger-path "$ROOT/third_party_peers/liger")
   run_stage peers python3 bench/peers.py --commit "$COMMIT" --compile-budget "${PEERS_COMPILE_BUDGET:-100}" \
     --time-budget "${PEERS_BUDGET:-400}" "${LIGER_ARGS[@]}" --out "$RESULTS/h200-peers.md"
   tail -n 5 "$LOGS/peers.log" | sed 's/^/  /' | tee -a "$SUMMARY"
