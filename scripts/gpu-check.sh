@@ -5,7 +5,7 @@
 # summary is printed last.
 #
 #   scripts/gpu-check.sh [stage ...]     stages: build ctest python bench (= seed llm) llm-unstaged sweep profile
-#                                        profile-wide profile-peers pyprobe pysmoke peers e2e tables tune
+#                                        profile-wide profile-peers pyprobe pysmoke peers e2e tables tune ab
 #                                        (default: build ctest python bench)
 #
 # Environment: OUT (log folder, default ./gpu-check-out), JOBS (build parallelism, default nproc),
@@ -21,6 +21,13 @@
 # without a rebuild. PROBE_TABLES = "name:key=value,key=value;name2:..." ("name:" alone = the
 # built-in table); PROBE_ARGS = the normkit-bench arguments (default: the llm suite in graph mode).
 # Each run writes results/probe-<name>.md and .json; the summary names them.
+#
+# Stage `ab`: two builds of normkit-bench on the same cases, alternating base, new, base, new, ...
+# (AB_ROUNDS rounds, default 2) in this one call, then bench/compare_ab.py -> results/ab.md (each
+# run's time, new / base, and whether the runs' ranges overlap). BASE_PREBUILT = a folder holding
+# the base normkit-bench (plain or .xz, e.g. scripts/prebuild.sh run at the base commit into
+# .prebuilt-base); the new one is PREBUILT's (or this build's). AB_ARGS = the normkit-bench arguments
+# (default: the seed suite in graph mode).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -205,6 +212,32 @@ if has_stage tables; then
       --commit "$COMMIT+table:$name" --md "$RESULTS/probe-$name.md" --json "$RESULTS/probe-$name.json"
     say "  table $name: ${keys:-(built-in)} -> results/probe-$name.md"
   done
+fi
+if has_stage ab; then
+  BASE_BENCH=""
+  if [ -n "${BASE_PREBUILT:-}" ] && [ -f "$BASE_PREBUILT/normkit-bench.xz" ]; then
+    mkdir -p "$WORK/base-prebuilt"
+    xz -dc "$BASE_PREBUILT/normkit-bench.xz" > "$WORK/base-prebuilt/normkit-bench" && chmod +x "$WORK/base-prebuilt/normkit-bench"
+    BASE_BENCH=$WORK/base-prebuilt/normkit-bench
+  elif [ -n "${BASE_PREBUILT:-}" ] && [ -x "$BASE_PREBUILT/normkit-bench" ]; then
+    BASE_BENCH=$BASE_PREBUILT/normkit-bench
+  fi
+  if [ -z "$BASE_BENCH" ]; then
+    say "FAIL  ab: BASE_PREBUILT must name a folder holding normkit-bench (or normkit-bench.xz)"
+  else
+    read -r -a AB_BENCH_ARGS <<< "${AB_ARGS:---suite seed --mode graph}"
+    AB_A=() AB_B=()
+    for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+      run_stage "ab-base$round" "$BASE_BENCH" "${AB_BENCH_ARGS[@]}" --commit "base" --md "$RESULTS/ab-base$round.md" \
+        --json "$RESULTS/ab-base$round.json"
+      run_stage "ab-new$round" "$BENCH" "${AB_BENCH_ARGS[@]}" --commit "$COMMIT" --md "$RESULTS/ab-new$round.md" \
+        --json "$RESULTS/ab-new$round.json"
+      AB_A+=("$RESULTS/ab-base$round.json") AB_B+=("$RESULTS/ab-new$round.json")
+    done
+    run_stage ab-compare python3 bench/compare_ab.py --a "${AB_A[@]}" --b "${AB_B[@]}" --labels base "$COMMIT" \
+      --md "$RESULTS/ab.md"
+    say "  ab: ${AB_BENCH_ARGS[*]} -> results/ab.md"
+  fi
 fi
 if has_stage peers; then
   # normkit through its Python layer (installed here unless the python stage did); Liger when present
