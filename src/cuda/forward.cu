@@ -112,7 +112,8 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
     }
     // The lane's valid slots are the same in every row: counted once.
     const int valid_vectors = lane_vectors<ITEMS, VEC>(g, p.cols);
-    auto body = [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv) {
+    // `direct` (a std::bool_constant): the row sums' group-local form, see the unstaged walk below.
+    auto body = [&](auto direct, std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv) {
       if constexpr (!kKeepWeights) {  // issued next to the row's loads, used after the row sums
         w.load(p.weight, g, p.cols, 1.f);
         b.load(p.bias, g, p.cols, 0.f);
@@ -123,10 +124,7 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
 #pragma unroll
         for (int i = 0; i < VEC; ++i) x[k][i] = xv.at(k, i);
       const auto row_sum = [&](float v) {
-        if constexpr (kGroupLocal) {
-          if (g.threads <= kGroupSumDirectWarps * kWarpSize) return row_group_sum1<true>(v, g.threads, scratch);
-        }
-        return row_group_sum1<kForwardGroupLocal>(v, g.threads, scratch);
+        return row_group_sum1<decltype(direct)::value || kForwardGroupLocal>(v, g.threads, scratch);
       };
       float mean = 0.f, rstd;
       if constexpr (kRms) {
@@ -165,18 +163,32 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
             const bool active = r < p.rows;
             RowFragment<T, ITEMS, VEC> xv;
             rows.stages.read_row(s, 0, xv, g, p.cols, active);
-            body(r, active, xv);
+            body(std::false_type{}, r, active, xv);
           });
     } else {
       // Rows first, first + row_step, ... while the block's first row is below M (the same for all its
       // threads: no iteration count). Tested after each row, not before the first (first_row_walk).
-      first_row_walk(first, p.rows, row_step, [&](std::int64_t base) {
-        const std::int64_t r = base + g.index;
-        const bool active = r < p.rows;
-        RowFragment<T, ITEMS, VEC> xv;
-        xv.load(p.x.row(active ? r : 0), g, p.cols, active);
-        body(r, active, xv);
-      });
+      const auto walk_rows = [&](auto direct) {
+        first_row_walk(first, p.rows, row_step, [&](std::int64_t base) {
+          const std::int64_t r = base + g.index;
+          const bool active = r < p.rows;
+          RowFragment<T, ITEMS, VEC> xv;
+          xv.load(p.x.row(active ? r : 0), g, p.cols, active);
+          body(direct, r, active, xv);
+        });
+      };
+      // kGroupLocal: groups of up to kGroupSumDirectWarps warps sum in the group-local form, wider
+      // ones in the block-barrier form (forward_group_local). The group width is a launch parameter,
+      // so the choice is made once, outside the walk, and each walk is compiled for its form: with
+      // the test inside the row sums, the 2-4-warp rows ran 2-3 % slower than a walk with no
+      // block-barrier form in it, and dropping that form cost the 8-warp rows 3.5-6 % (A/B at
+      // bf389f7, docs/NOTES.md entry 35).
+      if constexpr (kGroupLocal) {
+        if (g.threads <= kGroupSumDirectWarps * kWarpSize) walk_rows(std::true_type{});
+        else walk_rows(std::false_type{});
+      } else {
+        walk_rows(std::false_type{});
+      }
     }
   } else {
     // Streaming: pass 1 shifted sums, pass 2 normalise and write (the second read mostly hits L2).
