@@ -34,17 +34,15 @@ def load(paths):
 
 
 def compare(a_paths, b_paths, labels=("A", "B")):
-    """The markdown report (a list of lines) and the ratios B / A by key."""
+    """The markdown report, a list of lines."""
     a, a_plans, a_failed = load(a_paths)
     b, b_plans, b_failed = load(b_paths)
     la, lb = labels
     lines = [f"| case | op | dtype | strategy | {la} runs (us) | {lb} runs (us) | {lb} / {la} | spread |",
              "|---|---|---|---|---|---|---|---|"]
-    ratios = {}
     for k in sorted(set(a) & set(b), key=lambda k: (k[1], k[0], k[2], k[3], k[4])):
         ta, tb = a[k], b[k]
         ratio = (sum(tb) / len(tb)) / (sum(ta) / len(ta))
-        ratios[k] = ratio
         overlap = min(ta) <= max(tb) and min(tb) <= max(ta)
         spread = "ranges overlap" if overlap else ("faster" if ratio < 1 else "slower")
         lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {' / '.join(f'{t:.2f}' for t in ta)} | "
@@ -58,7 +56,7 @@ def compare(a_paths, b_paths, labels=("A", "B")):
         lines += ["", "Not compared (failed, or timed by one build only):"]
         lines += [f"- {' '.join(map(str, k))}: {la} {'failed' if k in a_failed else 'ok' if k in a else 'absent'}, "
                   f"{lb} {'failed' if k in b_failed else 'ok' if k in b else 'absent'}" for k in only]
-    return lines, ratios
+    return lines
 
 
 def main():
@@ -68,7 +66,7 @@ def main():
     parser.add_argument("--labels", nargs=2, default=["A", "B"])
     parser.add_argument("--md", help="also write the report here")
     args = parser.parse_args()
-    lines, _ = compare(args.a, args.b, tuple(args.labels))
+    lines = compare(args.a, args.b, tuple(args.labels))
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)
     if args.md:
