@@ -44,15 +44,21 @@ BUILD=$ROOT/build-gpu
 PREBUILT=${PREBUILT:-}
 STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(build ctest python bench)
-if [ -n "$PREBUILT" ]; then
-  PREBUILT=$(cd "$PREBUILT" && pwd)
-  STAGES=("${STAGES[@]/build}")
-  # prebuild.sh ships the binaries xz-compressed (the device tool carries at most 64 MiB)
-  if ls "$PREBUILT"/*.xz >/dev/null 2>&1; then
-    mkdir -p "$WORK/prebuilt"
-    for f in "$PREBUILT"/*.xz; do xz -dc "$f" > "$WORK/prebuilt/$(basename "$f" .xz)" && chmod +x "$WORK/prebuilt/$(basename "$f" .xz)"; done
-    PREBUILT=$WORK/prebuilt
+# Prints the folder holding a prebuilt folder's binaries unpacked: prebuild.sh ships them
+# xz-compressed (the device tool carries at most 64 MiB), unpacked here into the staging folder DEST.
+unpack_prebuilt() {  # FOLDER DEST
+  local folder f
+  folder=$(cd "$1" && pwd) || return 1
+  if ls "$folder"/*.xz >/dev/null 2>&1; then
+    mkdir -p "$2"
+    for f in "$folder"/*.xz; do xz -dc "$f" > "$2/$(basename "$f" .xz)" && chmod +x "$2/$(basename "$f" .xz)"; done
+    folder=$2
   fi
+  echo "$folder"
+}
+if [ -n "$PREBUILT" ]; then
+  PREBUILT=$(unpack_prebuilt "$PREBUILT" "$WORK/prebuilt")
+  STAGES=("${STAGES[@]/build}")
 fi
 # The GPU machine gets a copy of the work tree without .git: pass COMMIT=<sha> there.
 if [ -z "${COMMIT:-}" ]; then
@@ -215,12 +221,9 @@ if has_stage tables; then
 fi
 if has_stage ab; then
   BASE_BENCH=""
-  if [ -n "${BASE_PREBUILT:-}" ] && [ -f "$BASE_PREBUILT/normkit-bench.xz" ]; then
-    mkdir -p "$WORK/base-prebuilt"
-    xz -dc "$BASE_PREBUILT/normkit-bench.xz" > "$WORK/base-prebuilt/normkit-bench" && chmod +x "$WORK/base-prebuilt/normkit-bench"
-    BASE_BENCH=$WORK/base-prebuilt/normkit-bench
-  elif [ -n "${BASE_PREBUILT:-}" ] && [ -x "$BASE_PREBUILT/normkit-bench" ]; then
-    BASE_BENCH=$BASE_PREBUILT/normkit-bench
+  if [ -n "${BASE_PREBUILT:-}" ]; then
+    BASE_BENCH=$(unpack_prebuilt "$BASE_PREBUILT" "$WORK/base-prebuilt")/normkit-bench
+    [ -x "$BASE_BENCH" ] || BASE_BENCH=""
   fi
   if [ -z "$BASE_BENCH" ]; then
     say "FAIL  ab: BASE_PREBUILT must name a folder holding normkit-bench (or normkit-bench.xz)"
