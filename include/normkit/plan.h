@@ -475,9 +475,15 @@ constexpr int kFusedBlocksPerSm = 1;
 /// threads holds the accumulators and the fragment, not both float arrays), over clusters of up to
 /// kMaxFusedSplitBlocks blocks (262144 16-bit / 131072 fp32 columns).
 constexpr int kFusedWideItems = 4;
+/// Scalar column strips (tiled, dx_and_tiled_kernel) unroll up to 16 rows a thread only in blocks of
+/// at most this many threads: 16 rows hold 64 registers of loads (x, dy, mean, rstd), which the 64
+/// registers a thread of a 1024-thread block (Tile-256) do not leave room for; 512-thread blocks have
+/// 128 (the kernels' __launch_bounds__ follow the unroll).
+constexpr int kTiledLongUnrollMaxThreads = 512;
 /// dx_and_tiled_kernel (Plan::one_launch): its block size at most, the largest tiled band it takes
 /// (Tile-64 and Tile-128 blocks are 32 x 16), and the register budget of 2-item dX rows.
 constexpr int kOneLaunchMaxThreads = 512;
+static_assert(kOneLaunchMaxThreads <= kTiledLongUnrollMaxThreads, "one-launch strips may unroll 16 rows");
 constexpr int kOneLaunchMaxItems = 2;
 /// The partial reduce (two-pass pass 2, fused final step) has a thread sum up to this many partial
 /// rows per batch of loads in flight; the planner gives it enough thread rows (ColumnShape::

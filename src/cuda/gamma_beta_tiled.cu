@@ -25,7 +25,7 @@ __device__ __forceinline__ void tiled_strip(const BackwardParams<T, W>& p, int s
 }
 
 template <typename T, typename W, bool kRms, int RPT, int VEC>
-__global__ void __launch_bounds__(1024) gamma_beta_tiled_kernel(const BackwardParams<T, W> p) {
+__global__ void __launch_bounds__(RPT > 8 ? kTiledLongUnrollMaxThreads : 1024) gamma_beta_tiled_kernel(const BackwardParams<T, W> p) {
   extern __shared__ float smem[];  // 2 * VEC * blockDim.x * blockDim.y
   allow_dependent_launch();
   tiled_strip<T, W, kRms, RPT, VEC>(p, int(blockIdx.x), int(threadIdx.x), int(threadIdx.y), int(blockDim.y), smem);
@@ -34,7 +34,8 @@ __global__ void __launch_bounds__(1024) gamma_beta_tiled_kernel(const BackwardPa
 
 /// Plan::one_launch: blocks [0, dx_blocks) compute dX (the dX kernel's unstaged register-cached
 /// rows, RowShape plan.row laid out over this block size), the rest are the tiled column strips
-/// (scalar strips, RPT rows per thread) in 1-D blocks of 32 x by threads. The strips add in the tiled
+/// (scalar strips, RPT rows per thread, up to 16 in these blocks of at most kOneLaunchMaxThreads =
+/// kTiledLongUnrollMaxThreads) in 1-D blocks of 32 x by threads. The strips add in the tiled
 /// kernel's order (dgamma / dbeta: the same bits as the two launches); dX rows follow this launch's
 /// row layout, which may sum a row in another order than the dX kernel's layout (tested against
 /// the reference).
@@ -77,6 +78,10 @@ void launch_gamma_beta_tiled(const BackwardProblem& p, const Plan& plan, bool pr
       case 1: launch(IntConst<1>{}, IntConst<1>{}); break;
       case 4: launch(IntConst<4>{}, IntConst<1>{}); break;
       case 8: launch(IntConst<8>{}, IntConst<1>{}); break;
+      case 16:
+        if (c.block_x * c.block_y > kTiledLongUnrollMaxThreads) fail();
+        launch(IntConst<16>{}, IntConst<1>{});
+        break;
       default: fail();
     }
   } else if (c.vec == kVec) {
@@ -117,6 +122,7 @@ void launch_dx_and_tiled(const BackwardProblem& p, const Plan& plan, cudaStream_
       case 1: launch(items, IntConst<1>{}); break;
       case 4: launch(items, IntConst<4>{}); break;
       case 8: launch(items, IntConst<8>{}); break;
+      case 16: launch(items, IntConst<16>{}); break;
       default: fail();
     }
   };

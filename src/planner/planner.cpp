@@ -283,10 +283,12 @@ ColumnShape tiled_shape(const Problem& p, const PlannerTable& t) {
   }
   // A block iteration is one memory round trip (its loads are all issued before its adds), so a
   // small M is covered in as few iterations as the kernel's instances allow (scalar strips: 1, 4, 8
-  // rows per thread): Tile-8 at M = 32 took four round trips in series where one is enough.
+  // rows per thread, 16 in blocks of at most kTiledLongUnrollMaxThreads): Tile-8 at M = 32 took four
+  // round trips in series where one is enough; Tile-128 at M = 192 took two (8 rows a thread).
   if (c.vec == 1) {
-    for (int rpt : {1, 4, 8}) {
+    for (int rpt : {1, 4, 8, 16}) {
       if (rpt < c.rows_per_thread) continue;
+      if (rpt == 16 && c.block_x * c.block_y > kTiledLongUnrollMaxThreads) break;
       c.rows_per_thread = rpt;
       if (std::int64_t(c.block_y) * rpt >= p.rows) break;
     }

@@ -151,10 +151,12 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
 TEST(Planner, TiledBandBoundaries) {
   const struct { std::int64_t m; TileBand band; } expected[] = {
       {1, TileBand::Tile8},     {63, TileBand::Tile8},     {64, TileBand::Tile64},   {127, TileBand::Tile64},
-      {128, TileBand::Tile128}, {255, TileBand::Tile128}, {256, TileBand::Tile256}, {1 << 20, TileBand::Tile256}};
+      {128, TileBand::Tile128}, {129, TileBand::Tile128}, {192, TileBand::Tile128}, {255, TileBand::Tile128},
+      {256, TileBand::Tile256}, {1 << 20, TileBand::Tile256}};
   for (const auto& e : expected) {
     // scalar strips (rows not vectorised): the seed's bands, at least 8 / 64 / 128 / 256 rows per
-    // block iteration, more (up to 8 per thread) when that covers M in fewer iterations
+    // block iteration, more (up to 8 per thread, 16 in blocks of up to 512 threads) when that covers
+    // M in fewer iterations
     Problem scalar = backward(e.m, 1024);
     scalar.rows_vector_aligned = false;
     const Plan plan = normkit::plan(scalar, DeviceFacts::h200(), Strategy::Tiled);
@@ -165,6 +167,11 @@ TEST(Planner, TiledBandBoundaries) {
     EXPECT_GE(plan.columns.rows_per_iteration(), seed_rows) << "M = " << e.m;
     EXPECT_GE(plan.columns.rows_per_iteration(), std::min<std::int64_t>(e.m, 8 * plan.columns.block_y))
         << "M = " << e.m << ": one iteration when 8 rows per thread cover M";
+    // 16 rows a thread only in blocks of at most kTiledLongUnrollMaxThreads (Tile-8..128): one
+    // iteration for every M below Tile-256; Tile-256's 1024-thread blocks stay at 8
+    const int threads = plan.columns.block_x * plan.columns.block_y;
+    if (threads <= kTiledLongUnrollMaxThreads) EXPECT_GE(plan.columns.rows_per_iteration(), e.m) << "M = " << e.m;
+    else EXPECT_LE(plan.columns.rows_per_thread, 8) << "M = " << e.m;
     // vectorised strips (wide rows): the same bands, at most 2 rows unrolled per thread (8 columns each)
     const Plan vectorised = normkit::plan(backward(e.m, 65536), DeviceFacts::h200(), Strategy::Tiled);
     ASSERT_EQ(vectorised.columns.vec, 8) << "M = " << e.m;

@@ -103,6 +103,9 @@ TEST_P(DispatchBand, TiledBandMatchesReference) {
       const BackwardOut out = gpu_backward(*hc, dc, mask, Strategy::Tiled, test_stream());
       ASSERT_TRUE(out.ran) << "tiled must serve every shape";
       EXPECT_EQ(band_id(out.plan.columns.band), band_id(bp.band)) << "M = " << bp.m;
+      // below Tile-256 (blocks of at most 512 threads: up to 16 rows a thread) one block iteration
+      // covers M: the strips' loads are one round trip
+      if (bp.m < 256) EXPECT_GE(out.plan.columns.rows_per_iteration(), bp.m) << out.plan.describe();
       expect_backward_matches(*hc, out, ref);
     }
     for (Strategy s : all_strategies()) check_backward(*hc, dc, ref, spec.full_mask(), s);
@@ -330,7 +333,10 @@ INSTANTIATE_TEST_SUITE_P(Dispatch, OneLaunch,
                                          ln_spec("onelaunch_ln_M120_N2048_f32", 120, 2048, DT::F32),
                                          with_weight_dtype(ln_spec("onelaunch_ln_M9_N4096_bf16_w32", 9, 4096, DT::BF16),
                                                            DT::F32),
-                                         padded(rms_spec("onelaunch_rms_M63_N256_f16_padded", 63, 256, DT::F16), 8)),
+                                         padded(rms_spec("onelaunch_rms_M63_N256_f16_padded", 63, 256, DT::F16), 8),
+                                         // Tile-128 strips of 16 rows a thread (one block iteration)
+                                         rms_spec("onelaunch_rms_M255_N512_f32", 255, 512, DT::F32),
+                                         padded(ln_spec("onelaunch_ln_M129_N768_f16_padded", 129, 768, DT::F16), 8)),
                          spec_name);
 
 // The forward's small-grid walk (unstaged, up to 2 vectors a thread; forward.cu) sums a row in one
