@@ -369,6 +369,15 @@ struct PlannerTable {
   /// stayed streamed then (split with a cluster barrier per row it was 8-16 % slower at N =
   /// 16384..32768 and no faster at 65536); it has its own key now, forward_split_max.
   int row_split_max = 8;
+  /// dX rows longer than a portable cluster of those blocks holds (65536 16-bit / 32768 fp32
+  /// columns) are split over clusters of up to this many blocks of kWideSplitBlockThreads threads
+  /// (kSplitItems vectors each, the forward's wide split layout; devices with clusters above the
+  /// portable size, sm_90: 16), up to 262144 16-bit / 131072 fp32 columns; longer rows, and every
+  /// such row when this is 0 or 1, are streamed by one block, read twice. Why: a streamed row is one
+  /// block's work, so few of them leave the GPU nearly idle -- 1 x 262144 bf16 took 60 us streamed
+  /// and 22 us in the fused wide walk, itself latency-bound at ~10 cycles an instruction
+  /// (docs/NOTES.md entries 37 and 38).
+  int row_split_wide_max = kMaxFusedSplitBlocks;
   /// The forward splits rows too long to cache in one block over a thread-block cluster of up to this
   /// many blocks (devices with clusters): up to a portable cluster, kSplitBlockThreads x kSplitItems
   /// vectors a block (the dX kernel's layout); longer rows, blocks of kWideSplitBlockThreads x
@@ -427,16 +436,17 @@ constexpr std::int64_t kMaxGridBlocks = 0x7fffffff;
 /// Split rows (RowShape::split, the dX kernel; the fused kernel splits with its own block and items): a block of kSplitBlockThreads threads caches
 /// kSplitItems 16-byte vectors per thread of its slice (8192 16-bit or 4096 fp32 columns), two blocks
 /// per SM as for any 4-item row kernel; clusters of up to kMaxSplit blocks (the portable cluster size).
+/// Longer rows take kWideSplitBlockThreads-thread blocks (PlannerTable::row_split_wide_max).
 constexpr int kSplitItems = 4;
 constexpr int kSplitBlockThreads = 256;
 /// The largest thread-block cluster every sm_90 device launches without opting in (the portable size).
 constexpr int kPortableClusterBlocks = 8;
 constexpr int kMaxSplit = kPortableClusterBlocks;
-/// Forward rows longer than a portable cluster of kSplitBlockThreads-thread blocks holds (65536 16-bit
-/// / 32768 fp32 columns) take blocks of this many threads, kSplitItems vectors each, over clusters of
-/// up to kMaxFusedSplitBlocks (262144 16-bit / 131072 fp32 columns). The forward's split instances are
-/// built for this block (__launch_bounds__(kWideSplitBlockThreads, 1): 128 registers a thread, two
-/// kSplitBlockThreads blocks per SM).
+/// Forward and dX rows longer than a portable cluster of kSplitBlockThreads-thread blocks holds (65536
+/// 16-bit / 32768 fp32 columns) take blocks of this many threads, kSplitItems vectors each, over
+/// clusters of up to kMaxFusedSplitBlocks (262144 16-bit / 131072 fp32 columns). The split instances
+/// of both kernels are built for this block (__launch_bounds__(kWideSplitBlockThreads, 1): 128
+/// registers a thread, the same budget as two kSplitBlockThreads blocks per SM).
 constexpr int kWideSplitBlockThreads = 512;
 /// Register budget of the row kernels: a block of T threads gets 65536 / T registers per thread
 /// (at most 255), and a thread holds its fragment and, for small fragments, its weights. A group

@@ -7,8 +7,19 @@
 namespace normkit::cuda {
 namespace {
 
+/// Launch bounds of a dX instance: split rows run in blocks of kSplitBlockThreads (two an SM) or, for
+/// the longest rows, kWideSplitBlockThreads (one an SM): bounds of the larger block keep the same 128
+/// registers a thread that two of the smaller ones have (the instances compile as before).
+template <bool kSplit, int ITEMS>
+constexpr int dx_kernel_max_threads() { return kSplit ? kWideSplitBlockThreads : row_kernel_max_threads(ITEMS); }
+template <bool kSplit, int ITEMS>
+constexpr int dx_kernel_min_blocks() { return kSplit ? 1 : row_kernel_min_blocks(ITEMS); }
+static_assert(kWideSplitBlockThreads * 1 == kSplitBlockThreads * row_kernel_min_blocks(kSplitItems),
+              "the wide split block keeps the split instances' register budget");
+
 template <typename T, typename W, bool kRms, bool kStaged, bool kSplit, int ITEMS, int VEC>
-__global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_blocks(ITEMS)) backward_dx_kernel(const BackwardParams<T, W> p) {
+__global__ void __launch_bounds__(dx_kernel_max_threads<kSplit, ITEMS>(), dx_kernel_min_blocks<kSplit, ITEMS>())
+    backward_dx_kernel(const BackwardParams<T, W> p) {
   __shared__ float scratch_buffers[GroupScratch::kFloats];
   GroupScratch scratch(scratch_buffers);
   allow_dependent_launch();  // the gamma/beta kernel (reads only x and dy) may run beside this one

@@ -185,12 +185,20 @@ bool split_row_over_cluster(RowShape& s, const Problem& p, const DeviceFacts& de
 }
 
 /// dX rows too long to cache in one block (row_shape streamed them: items = 0), split over a thread-block
-/// cluster instead when it can hold them: blocks of kSplitBlockThreads threads caching kSplitItems
-/// vectors each, at most PlannerTable::row_split_max and DeviceFacts::max_cluster_blocks blocks, so
-/// the row is read once (streamed rows are read twice).
+/// cluster instead when it can hold them, so the row is read once (streamed rows are read twice):
+/// blocks of kSplitBlockThreads threads caching kSplitItems vectors each, at most
+/// PlannerTable::row_split_max and DeviceFacts::max_cluster_blocks blocks; rows longer than a portable
+/// cluster of those holds, blocks of kWideSplitBlockThreads threads over clusters of up to
+/// PlannerTable::row_split_wide_max blocks (above the portable size where the device launches them).
 bool split_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
-  return split_row_over_cluster(s, p, device, kSplitBlockThreads, kSplitItems,
-                                std::min({t.row_split_max, device.max_cluster_blocks, kMaxSplit}));
+  if (split_row_over_cluster(s, p, device, kSplitBlockThreads, kSplitItems,
+                             std::min({t.row_split_max, device.max_cluster_blocks, kMaxSplit})))
+    return true;
+  const std::int64_t portable_vectors = std::int64_t(kSplitBlockThreads) * kSplitItems * kMaxSplit;
+  if (device.max_cluster_blocks < 2 || row_vectors(p) <= portable_vectors) return false;
+  const int wide = std::min({t.row_split_wide_max, std::max(device.max_cluster_blocks, device.max_nonportable_cluster_blocks),
+                             kMaxFusedSplitBlocks});
+  return split_row_over_cluster(s, p, device, kWideSplitBlockThreads, kSplitItems, wide);
 }
 
 /// Forward rows too long to cache in one block, split over a cluster (PlannerTable::forward_split_max,
@@ -404,10 +412,11 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const int split = fused_split(p, t, nullptr).split;
   const bool fused_rows =
       split == 1 || (split >= 2 && (p.mask.dx || split <= t.fused_gb_max_split) && device_holds_cluster(device, split));
-  // Rows longer than the dX kernel's split covers are streamed by it, one block a row and read twice:
-  // few of them leave the GPU nearly idle, so fused takes them at any M (bf16 sweep at 3440edf, N =
-  // 262144 full backward: M = 1 fused 22 vs 60 us, M = 7 43 vs 65, M = 64 95 vs 119; M = 255 265 vs
-  // tiled 254, M = 1024 950 vs 994).
+  // Rows longer than the dX kernel's split covers (its wide split off, or beyond it) are streamed by
+  // it, one block a row and read twice: few of them leave the GPU nearly idle, so fused takes them at
+  // any M (bf16 sweep at 3440edf, N = 262144 full backward: M = 1 fused 22 vs 60 us, M = 7 43 vs 65,
+  // M = 64 95 vs 119; M = 255 265 vs tiled 254, M = 1024 950 vs 994). Rows the split covers keep the
+  // size rules (docs/NOTES.md entry 38).
   const bool dx_streams = split >= 2 && [&] {
     RowShape dx_rows = row_kernel_shape(p, device, t);
     return dx_rows.items == 0 && !split_rows(dx_rows, p, device, t);
@@ -557,7 +566,8 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
   // Unfused: a dX row kernel (when dx is requested) plus a gamma/beta column kernel.
   out.row = row_kernel_shape(p, device, t);
   if (p.mask.dx) {
-    if (split_rows(out.row, p, device, t)) plan_stages(out.row, p, device, t, 2, true, 2, out.row.blocks / out.row.split, 0);
+    if (split_rows(out.row, p, device, t))
+      plan_stages(out.row, p, device, t, 2, true, guaranteed_row_blocks_per_sm(out.row), out.row.blocks / out.row.split, 0);
     else stage_row_kernel(out.row, p, device, t, 2, true);
   }
   if (!p.mask.any_gamma_beta()) return out;
@@ -730,6 +740,7 @@ const TableKey kTableKeys[] = {
                                  }),
     key<&Table::row_stage_bytes_per_sm>("row_stage_bytes_per_sm"),
     key<&Table::row_split_max>("row_split_max", portable_cluster_check),
+    key<&Table::row_split_wide_max>("row_split_wide_max", largest_cluster_check),
     key<&Table::forward_split_max>("forward_split_max", largest_cluster_check),
     key<&Table::forward_split_min_vectors>("forward_split_min_vectors"),
     key<&Table::forward_split_ln_max_thread_elements>("forward_split_ln_max_thread_elements"),

@@ -528,11 +528,25 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
     EXPECT_EQ(normkit::plan(p, portable_only).strategy == Strategy::Fused, c.split <= 8) << where;
     if (c.split > 8) EXPECT_THROW(normkit::plan(p, portable_only, Strategy::Fused), Error) << where;
   }
-  // rows the dX kernel would stream (beyond its split) are fused at any M with dX (sweep at 3440edf);
-  // rows its split covers keep the size rules
+  // rows the dX kernel would stream (beyond its split: row_split_wide_max off, or a device without
+  // clusters above the portable size) are fused at any M with dX (sweep at 3440edf); rows its split
+  // covers, the wide split included, keep the size rules (docs/NOTES.md entry 38)
+  PlannerTable no_wide_dx;
+  no_wide_dx.row_split_wide_max = 1;
   for (std::int64_t m : {1, 7, 64}) {
-    EXPECT_EQ(normkit::plan(backward(m, 262144, DType::BF16, full), h200).strategy, Strategy::Fused) << m;
-    EXPECT_EQ(normkit::plan(backward(m, 131072, DType::F32, full), h200).strategy, Strategy::Fused) << m;
+    EXPECT_EQ(normkit::plan(backward(m, 262144, DType::BF16, full), h200, Strategy::Auto, no_wide_dx).strategy, Strategy::Fused) << m;
+    EXPECT_EQ(normkit::plan(backward(m, 131072, DType::F32, full), h200, Strategy::Auto, no_wide_dx).strategy, Strategy::Fused) << m;
+    // a device without clusters above the portable size: 131072 16-bit columns still split (8 wide
+    // blocks), 262144 neither split nor fused (its fused walk needs clusters of 16)
+    DeviceFacts portable_only = h200;
+    portable_only.max_nonportable_cluster_blocks = 0;
+    EXPECT_EQ(normkit::plan(backward(m, 131072, DType::BF16, full), portable_only).row.split, 8) << m;
+    EXPECT_EQ(normkit::plan(backward(m, 262144, DType::BF16, full), portable_only).row.items, 0) << m;
+    for (const auto& [n, t] : {std::pair{262144, DType::BF16}, std::pair{131072, DType::F32}, std::pair{131072, DType::BF16}}) {
+      const Plan unfused = normkit::plan(backward(m, n, t, full), h200);
+      EXPECT_NE(unfused.strategy, Strategy::Fused) << m << " x " << n;
+      EXPECT_GT(unfused.row.split, 1) << m << " x " << n;
+    }
     EXPECT_NE(normkit::plan(backward(m, 65536, DType::BF16, full), h200).strategy, Strategy::Fused) << m;
     EXPECT_NE(normkit::plan(backward(m, 262144, DType::BF16), h200).strategy, Strategy::Fused) << m;  // no dX
   }
@@ -640,7 +654,6 @@ TEST(Planner, RowShapesCoverTheRowWithinTheRegisterBudget) {
           // the forward's wide split blocks: kSplitItems in kWideSplitBlockThreads threads, one block
           // per SM (its instances' launch bounds): the same 128 registers a thread as 4 items in 256
           if (r.split > 1 && r.threads_per_row == kWideSplitBlockThreads) {
-            EXPECT_FALSE(is_backward(op)) << where;
             EXPECT_EQ(r.items, kSplitItems) << where;
           } else {
             EXPECT_LE(r.block_threads(), max_row_threads(r.items)) << where;
@@ -671,12 +684,14 @@ TEST(Planner, RowsTooLongForOneBlockAreSplitOverACluster) {
     // the dX kernel's rule: an unfused strategy (auto fuses these rows, FusedRowsAreSplitOverACluster)
     return normkit::plan(p, device, is_backward(op) ? Strategy::Tiled : Strategy::Auto, table).row;
   };
-  const struct { std::int64_t n; DType t; int split; int slice; } cases[] = {
-      {8192, DType::BF16, 1, 0},       {8200, DType::BF16, 2, 4104},  {16384, DType::F16, 2, 8192},
-      {12296, DType::BF16, 2, 6152},   {65536, DType::BF16, 8, 8192}, {57352, DType::BF16, 8, 7176},
-      {4096, DType::F32, 1, 0},        {20000, DType::F32, 5, 4000},  {32768, DType::F32, 8, 4096},
-      {65544, DType::BF16, 1, 0},      {131072, DType::BF16, 1, 0},   {262144, DType::BF16, 1, 0},
-      {65536, DType::F32, 1, 0}};
+  // threads 512: the wide split (kWideSplitBlockThreads, row_split_wide_max), one block per SM
+  const struct { std::int64_t n; DType t; int split; int slice; int threads; } cases[] = {
+      {8192, DType::BF16, 1, 0, 0},          {8200, DType::BF16, 2, 4104, 256},     {16384, DType::F16, 2, 8192, 256},
+      {12296, DType::BF16, 2, 6152, 256},    {65536, DType::BF16, 8, 8192, 256},    {57352, DType::BF16, 8, 7176, 256},
+      {4096, DType::F32, 1, 0, 0},           {20000, DType::F32, 5, 4000, 256},     {32768, DType::F32, 8, 4096, 256},
+      {65544, DType::BF16, 5, 13112, 512},   {131072, DType::BF16, 8, 16384, 512},  {262144, DType::BF16, 16, 16384, 512},
+      {65536, DType::F32, 8, 8192, 512},     {131072, DType::F32, 16, 8192, 512},   {262152, DType::BF16, 1, 0, 0},
+      {131080, DType::F32, 1, 0, 0}};
   for (const auto& c : cases) {
     for (Op op : {Op::LayerNormForward, Op::RmsNormForward, Op::LayerNormBackward, Op::RmsNormBackward}) {
       const RowShape r = row_of(op, 2048, c.n, c.t);
@@ -686,17 +701,35 @@ TEST(Planner, RowsTooLongForOneBlockAreSplitOverACluster) {
       if (c.split > 1) {
         EXPECT_EQ(r.slice_cols, c.slice) << where;
         EXPECT_EQ(r.items, kSplitItems) << where;
-        EXPECT_EQ(r.threads_per_row, kSplitBlockThreads) << where;
+        EXPECT_EQ(r.threads_per_row, c.threads) << where;
         EXPECT_EQ(r.rows_per_block, 1) << where;
-        EXPECT_EQ(r.blocks, std::int64_t(h200.sm_count) * 2 / c.split * c.split) << where;  // two blocks per SM
+        const int resident = c.threads == kSplitBlockThreads ? 2 : 1;  // blocks per SM the launch bounds keep
+        EXPECT_EQ(r.blocks, std::int64_t(h200.sm_count) * resident / c.split * c.split) << where;
         EXPECT_GT(r.stages, 1) << where;
+        // the stages fit the shared memory of the resident blocks
+        EXPECT_LE(r.smem_bytes * resident, h200.smem_per_sm) << where;
       } else if (c.n > 8192 / (c.t == DType::F32 ? 2 : 1)) {
-        EXPECT_EQ(r.items, 0) << where;  // longer than eight blocks hold: streamed by one block
+        EXPECT_EQ(r.items, 0) << where;  // longer than sixteen wide blocks hold: streamed by one block
       }
     }
   }
-  // fewer rows than clusters: one cluster per row
+  // fewer rows than clusters: one cluster per row; a walk of one row per cluster is not staged
   EXPECT_EQ(row_of(Op::LayerNormBackward, 7, 65536, DType::BF16).blocks, 7 * 8);
+  EXPECT_EQ(row_of(Op::LayerNormBackward, 1, 262144, DType::BF16).blocks, 16);
+  EXPECT_EQ(row_of(Op::LayerNormBackward, 1, 262144, DType::BF16).stages, 0);
+  EXPECT_EQ(row_of(Op::RmsNormBackward, 7, 262144, DType::BF16).blocks, 7 * 16);
+  // the wide split: capped by its key (0 or 1: streamed) and by the clusters the device launches
+  PlannerTable wide_eight, wide_off;
+  wide_eight.row_split_wide_max = 8;
+  wide_off.row_split_wide_max = 1;
+  EXPECT_EQ(row_of(Op::LayerNormBackward, 2048, 131072, DType::BF16, wide_eight).split, 8);
+  EXPECT_EQ(row_of(Op::LayerNormBackward, 2048, 262144, DType::BF16, wide_eight).items, 0);
+  EXPECT_EQ(row_of(Op::LayerNormBackward, 2048, 131072, DType::BF16, wide_off).items, 0);
+  EXPECT_EQ(row_of(Op::LayerNormBackward, 2048, 65536, DType::BF16, wide_off).split, 8);  // the portable split stays
+  DeviceFacts portable_only = h200;
+  portable_only.max_nonportable_cluster_blocks = 0;
+  EXPECT_EQ(row_of(Op::LayerNormBackward, 2048, 131072, DType::BF16, PlannerTable{}, portable_only).split, 8);
+  EXPECT_EQ(row_of(Op::LayerNormBackward, 2048, 262144, DType::BF16, PlannerTable{}, portable_only).items, 0);
   // the table, the device and unaligned rows turn it off: streamed
   PlannerTable no_split;
   no_split.row_split_max = 1;
@@ -716,9 +749,13 @@ TEST(Planner, RowsTooLongForOneBlockAreSplitOverACluster) {
   EXPECT_EQ(normkit::plan(backward(2048, 65536, DType::BF16, {false, true, true}), h200).row.split, 1);
   EXPECT_NE(normkit::plan(backward(2048, 65536, DType::BF16, {true, true, true}), h200).describe().find("split=8"),
             std::string::npos);
-  // the table's cap is checked
+  // the table's caps are checked
   const std::string path = ::testing::TempDir() + "normkit_split_table.txt";
   { std::ofstream(path) << "row_split_max = 16\n"; }
+  EXPECT_THROW(load_planner_table(path), Error);
+  { std::ofstream(path) << "row_split_wide_max = 8\n"; }
+  EXPECT_EQ(load_planner_table(path).row_split_wide_max, 8);
+  { std::ofstream(path) << "row_split_wide_max = 17\n"; }
   EXPECT_THROW(load_planner_table(path), Error);
   std::remove(path.c_str());
 }

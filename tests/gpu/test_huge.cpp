@@ -237,6 +237,14 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
   const BackwardOut fused = gpu_backward(*hc, dc, spec.full_mask(), Strategy::Fused, test_stream());
   ASSERT_TRUE(fused.ran) << fused.why_not;
   ASSERT_GT(fused.plan.row.split, 1) << "expected fused on split rows: " << fused.plan.describe();
+  // the unfused strategies' dX kernel splits them too (rows beyond a portable cluster of its blocks:
+  // blocks of kWideSplitBlockThreads threads, PlannerTable::row_split_wide_max)
+  const BackwardOut tiled = gpu_backward(*hc, dc, spec.full_mask(), Strategy::Tiled, test_stream());
+  ASSERT_TRUE(tiled.ran);
+  ASSERT_GT(tiled.plan.row.split, 1) << "expected dX on split rows: " << tiled.plan.describe();
+  const std::int64_t row_vectors = spec.N / std::int64_t(16 / dtype_size(spec.dtype));
+  const bool wide = row_vectors > std::int64_t(kSplitBlockThreads) * kSplitItems * kMaxSplit;
+  EXPECT_EQ(tiled.plan.row.threads_per_row, wide ? kWideSplitBlockThreads : kSplitBlockThreads) << tiled.plan.describe();
   const ForwardOut forward = gpu_forward(*hc, dc);
   // the built-in table splits RMSNorm and fp32 LayerNorm forward rows of forward_split_min_vectors
   // 16-byte vectors or more and streams the others; every row split: check_split_forward below
@@ -253,6 +261,8 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
     expect_same_bits(first, gpu_backward(*hc, dc, spec.full_mask(), Strategy::Auto, test_stream()), "run " + std::to_string(run));
     expect_same_bits(fused, gpu_backward(*hc, dc, spec.full_mask(), Strategy::Fused, test_stream()),
                      "fused run " + std::to_string(run));
+    expect_same_bits(tiled, gpu_backward(*hc, dc, spec.full_mask(), Strategy::Tiled, test_stream()),
+                     "tiled run " + std::to_string(run));
     expect_same_bits(forward, gpu_forward(*hc, dc), "forward run " + std::to_string(run));
   }
   if (!HasFailure()) check_split_forward(spec);
@@ -261,8 +271,8 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
 // Blocks per row (16-bit: 1024 vectors of 8 per block): 65536 -> 8, 57352 -> 8 with a short last
 // slice, 16384 -> 2, 12296 -> 2 with unequal slices; fp32 (1024 vectors of 4): 32768 -> 8, 20000 -> 5.
 // The fused kernel's wide rows (2048 vectors per block): 262144 16-bit and 131072 fp32 -> 16, 131072
-// 16-bit -> 8, 65544 -> 5 with a short last slice; the dX kernel streams these (auto fuses them:
-// enough bytes). The forward splits the rows of 8192 vectors or more (65536 16-bit / 32768 fp32 ->
+// 16-bit -> 8, 65544 -> 5 with a short last slice; the dX kernel splits these over blocks of 512
+// threads (2048 vectors each, the same counts). The forward splits the rows of 8192 vectors or more (65536 16-bit / 32768 fp32 ->
 // 8 blocks of 256 threads; wider: blocks of 512 threads, 65544 -> 5 with a short last slice, 131072
 // 16-bit -> 8, 262144 -> 16), strided and with fp32 weights too, and streams the others.
 // M from fewer rows than clusters (7) to many rows per cluster.
