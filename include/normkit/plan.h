@@ -86,6 +86,11 @@ struct RowShape {
   /// used, in few registers (kPackedRowMinBlocks) so that many blocks are resident; never staged or
   /// split. `blocks` covers every row.
   bool packed = false;
+  /// The forward's short-row walk (forward_short_rows_kernel; PlannerTable::forward_short_rows_min_bytes):
+  /// one 16-byte vector of a row a lane, threads_per_row lanes a row (a compile-time width), each
+  /// group kShortRowsPerGroup rows at once, blocks of kShortRowBlockThreads threads, a grid over every
+  /// row; never staged or split.
+  bool short_rows = false;
   int block_threads() const { return threads_per_row * rows_per_block; }
 };
 
@@ -341,6 +346,16 @@ struct PlannerTable {
   /// -> 6.87 us, 8192 x 768 8.59 -> 9.24, 2048 x 2048 6.39 -> 6.67) or tied (8192 x 1000, 131072 x
   /// 64). LayerNorm has no packed walk (it lost everywhere: 131072 x 4096 bf16 563.7 -> 639.4 us).
   std::int64_t rms_forward_packed_min_bytes = std::int64_t(64) << 20;
+  /// Forward rows of at most short_row_max_vectors (and kShortRowMaxLanes) 16-byte vectors take the
+  /// short-row walk (RowShape::short_rows) from this many bytes of x on (M x N x element size).
+  /// Why: the general walk spends ~26 instructions an element on such rows (its row sums compiled for
+  /// every group width, stage addressing and a run-time cp.async depth per row: 419 a row iteration at
+  /// N = 64 bf16) and is issue-bound there (ncu: an eligible warp in 64 % of the issue slots at 24 %
+  /// occupancy; docs/NOTES.md entry 38). H200, graph, short walk / general walk (entry 39): bf16 / fp16
+  /// 32768 x 64 0.81-0.86, 262144 x 32 0.88-0.92, 131072 x 40 0.89-0.97, 65536 x 16 0.81, 16384 x 64
+  /// 0.92-0.94, 4096 x 64 0.92-0.94, 131072 x 64 0.96-1.00; fp32 131072 x 16 0.81-0.88; 1024 x 64
+  /// (128 KiB, the smallest measured) 0.97-1.00. Below it: not measured, the general walk.
+  std::int64_t forward_short_rows_min_bytes = std::int64_t(128) << 10;
   int forward_packed_items_target = 2;
   int forward_packed_block_threads = 256;
   /// Row iterations staged through shared memory by cp.async in the row-cached kernels (forward,
@@ -429,6 +444,15 @@ constexpr int kMaxRowItems = 4;
 /// registers a thread (65536 / (512 x 3), rounded down to the allocation granule of 8): 48 warps an
 /// SM where the staged walk has 16.
 constexpr int kPackedRowMaxThreads = 512;
+/// The forward's short-row walk (RowShape::short_rows): blocks of kShortRowBlockThreads threads, of
+/// which its __launch_bounds__ keep kShortRowMinBlocks resident per SM (at most 48 registers a
+/// thread, 40 warps an SM; with 6, 40 registers, the 16-bit instances spilled 12-36 bytes); each row
+/// group holds kShortRowsPerGroup rows at once (that many 16-byte loads in flight a lane), rows of at
+/// most kShortRowMaxLanes vectors.
+constexpr int kShortRowBlockThreads = 256;
+constexpr int kShortRowMinBlocks = 5;
+constexpr int kShortRowsPerGroup = 2;
+constexpr int kShortRowMaxLanes = 8;
 constexpr int kPackedRowMinBlocks = 3;
 /// The largest x dimension of a CUDA grid (2^31 - 1): a packed grid covers every row up to it and
 /// walks the rest by grid stride.

@@ -282,6 +282,81 @@ __global__ void __launch_bounds__(kPackedRowMaxThreads, kPackedRowMinBlocks) rms
   }
 }
 
+/// Short rows (RowShape::short_rows: at most kShortRowMaxLanes 16-byte vectors): LANES lanes a row, a
+/// compile-time width, one vector a lane; each group takes kShortRowsPerGroup rows at once, groups of a
+/// warp on consecutive rows (a warp's loads of one row index cover 32 / LANES whole rows: coalesced).
+/// No stages and no loop: a grid over every row, with kShortRowMinBlocks blocks resident per SM,
+/// hides the latency with warps, as torch.compile's forward does. What the general walk pays per row
+/// and this one does not (docs/NOTES.md entry 39): row sums compiled for every group width (the width
+/// is a run-time value there), stage addresses, and a cp.async wait on a run-time depth. The
+/// statistics are the general walk's: the mean, then the squared deviations from it (two butterflies
+/// of log2(LANES) steps), lanes past N taking no part in the second sum.
+template <typename T, typename W, bool kRms, int LANES, int VEC>
+__global__ void __launch_bounds__(kShortRowBlockThreads, kShortRowMinBlocks) forward_short_rows_kernel(const ForwardParams<T, W> p) {
+  static_assert((LANES & (LANES - 1)) == 0 && LANES <= kWarpSize, "a row's lanes are a power of two within a warp");
+  constexpr int kGroups = kShortRowBlockThreads / LANES;
+  constexpr int kRows = kShortRowsPerGroup;
+  const int lane = int(threadIdx.x) % LANES;
+  const int col = lane * VEC;
+  const bool in_row = col < p.cols;
+  const std::int64_t first = std::int64_t(blockIdx.x) * (kGroups * kRows) + int(threadIdx.x) / LANES;
+  // The loads first: every row's vector is in flight before any arithmetic.
+  Pack<T, VEC> xp[kRows];
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    const std::int64_t r = first + std::int64_t(j) * kGroups;
+    if (in_row && r < p.rows) xp[j] = Pack<T, VEC>::load(p.x.row(r) + col);
+    else xp[j].zero();
+  }
+  const auto row_sum = [](float v) {
+#pragma unroll
+    for (int offset = LANES / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+  };
+  // The statistics of every row first, from the packed rows (converted where used): across the row
+  // sums a lane holds its packed vectors and two floats a row, not the converted rows, so the
+  // weights loaded after fit the register budget of kShortRowMinBlocks blocks without spilling.
+  float mean[kRows], rstd[kRows];
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    float x[1][VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) x[0][i] = xp[j].get(i);
+    mean[j] = 0.f;
+    if constexpr (kRms) {
+      rstd[j] = rsqrtf(row_sum(lane_sum(x, [](float v) { return v * v; })) * p.inv_cols + p.eps);
+    } else {
+      mean[j] = row_sum(lane_sum(x, [](float v) { return v; })) * p.inv_cols;
+      const float m = mean[j];
+      const float lane_m2 = lane_sum(x, [m](float v) { return (v - m) * (v - m); }, in_row ? 1 : 0);
+      rstd[j] = rsqrtf(row_sum(lane_m2) * p.inv_cols + p.eps);
+    }
+  }
+  if (in_row) {
+    float w[VEC], b[VEC];
+    load_weight_vec_or<W, VEC>(p.weight, col, 1.f, w);
+    load_weight_vec_or<W, VEC>(p.bias, col, 0.f, b);
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {
+      const std::int64_t r = first + std::int64_t(j) * kGroups;
+      if (r >= p.rows) break;  // later rows of the group are further on
+      float y[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) y[i] = (xp[j].get(i) - mean[j]) * rstd[j] * w[i] + b[i];
+      store_vec<T, VEC>(p.y.row(r) + col, y);
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {
+      const std::int64_t r = first + std::int64_t(j) * kGroups;
+      if (r >= p.rows) break;
+      if (p.mean != nullptr) p.mean[r] = mean[j];
+      p.rstd[r] = rstd[j];
+    }
+  }
+}
+
 /// Rows split over a thread-block cluster (RowShape::split, rows too long to cache in one block):
 /// block r of a cluster caches its slice [col0, col0 + cols) of each row the cluster walks, so x is
 /// read once. The block is the row group, and the row's statistics combine over the cluster in one
@@ -453,6 +528,29 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
       plan.row.slice_cols};
   const dim3 grid(unsigned(plan.row.blocks)), block(unsigned(plan.row.block_threads()));
   const std::size_t smem = std::size_t(plan.row.smem_bytes);
+  if (plan.row.short_rows) {
+    constexpr int kVec = int(16 / sizeof(T));
+    if (plan.row.vec != kVec || plan.row.items != 1 || plan.row.stages != 0 || plan.row.split != 1 ||
+        plan.row.block_threads() != kShortRowBlockThreads)
+      throw CudaError("normkit: internal error: a short-row forward plan the kernel has no instance for (" + plan.describe() + ")");
+    const auto launch = [&](auto lanes) {
+      void (*kernel)(ForwardParams<T, W>) = p.rms ? forward_short_rows_kernel<T, W, true, lanes(), kVec>
+                                                 : forward_short_rows_kernel<T, W, false, lanes(), kVec>;
+      kernel<<<grid, block, 0, stream>>>(params);
+    };
+    static_assert(kShortRowMaxLanes == 8, "instances for 1, 2, 4 and 8 lanes a row");
+    switch (plan.row.threads_per_row) {
+      case 1: launch(IntConst<1>{}); break;
+      case 2: launch(IntConst<2>{}); break;
+      case 4: launch(IntConst<4>{}); break;
+      case 8: launch(IntConst<8>{}); break;
+      default:
+        throw CudaError("normkit: internal error: a short-row forward plan of " + std::to_string(plan.row.threads_per_row) +
+                        " lanes a row (" + plan.describe() + ")");
+    }
+    check_launch("forward_short_rows_kernel");
+    return;
+  }
   dispatch_row_shape<T, kMaxRowItems, true, kSplitItems, 0>(plan.row, [&](auto items, auto vec, auto staged, auto split) {
     if constexpr (items() > 0 && !staged() && !split()) {
       if (plan.row.packed && p.rms) {

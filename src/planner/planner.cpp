@@ -109,6 +109,25 @@ bool forward_packed_rows(RowShape& s, const Problem& p, const DeviceFacts& devic
   return true;
 }
 
+/// The forward's short-row walk (RowShape::short_rows) where PlannerTable::forward_short_rows_min_bytes
+/// takes it: vectorised rows of at most short_row_max_vectors and kShortRowMaxLanes 16-byte vectors,
+/// one vector a lane (the next power of two of them a row), kShortRowsPerGroup rows a group, a grid
+/// over every row. False leaves `s` alone.
+bool forward_short_rows(RowShape& s, const Problem& p, const PlannerTable& t) {
+  if (!short_vector_rows(p, t) || row_vectors(p) > kShortRowMaxLanes) return false;
+  if (p.rows * p.cols * std::int64_t(dtype_size(p.dtype)) < t.forward_short_rows_min_bytes) return false;
+  RowShape out;
+  out.vec = vector_width(p);
+  out.items = 1;
+  out.threads_per_row = int(next_pow2(row_vectors(p)));
+  out.rows_per_block = kShortRowBlockThreads / out.threads_per_row;
+  out.blocks = ceil_div(p.rows, std::int64_t(out.rows_per_block) * kShortRowsPerGroup);
+  if (out.blocks > kMaxGridBlocks) return false;  // the walk has no grid stride: its grid covers every row
+  out.short_rows = true;
+  s = out;
+  return true;
+}
+
 /// Blocks of a row kernel resident per SM as its __launch_bounds__ guarantee them (the register
 /// budget of row_kernel_max_threads(items) threads, row_kernel_min_blocks of them).
 int guaranteed_row_blocks_per_sm(const RowShape& s) {
@@ -499,6 +518,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
   if (!is_backward(p.op)) {
     out.strategy = Strategy::Simple;  // unused: forward is one row kernel
     out.row = row_kernel_shape(p, device, t);
+    if (forward_short_rows(out.row, p, t)) return out;
     if (forward_packed_rows(out.row, p, device, t)) return out;
     // Rows too long to cache: split over a cluster (read once; staged walks send each row's sums one
     // row ahead of its y, so they hold one stage more), else streamed (read twice).
@@ -612,6 +632,7 @@ std::string Plan::describe() const {
     if (row.split > 1) os << " split=" << row.split << (deferred_sums ? " deferred" : "");
     if (row.stages > 0) os << " stages=" << row.stages;
     if (row.packed) os << " packed";
+    if (row.short_rows) os << " short";
   }
   return os.str();
 }
@@ -724,6 +745,7 @@ const TableKey kTableKeys[] = {
     key_items<&Table::fused_short_row_items_target, kMaxFusedItems>("fused_short_row_items_target"),
     key<&Table::rms_forward_one_item_min_vectors>("rms_forward_one_item_min_vectors"),
     key<&Table::rms_forward_packed_min_bytes>("rms_forward_packed_min_bytes"),
+    key<&Table::forward_short_rows_min_bytes>("forward_short_rows_min_bytes"),
     key_items<&Table::forward_packed_items_target, kMaxRowItems>("forward_packed_items_target"),
     key<&Table::forward_packed_block_threads>("forward_packed_block_threads", [](long long v) {
       return block_threads_check(v).empty() && v > kPackedRowMaxThreads

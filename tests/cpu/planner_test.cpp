@@ -862,6 +862,71 @@ TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
   std::remove(path.c_str());
 }
 
+// Forward rows of at most 8 16-byte vectors (short_row_max_vectors, kShortRowMaxLanes) take the
+// short-row walk from forward_short_rows_min_bytes of x: one vector a lane, the next power of two of
+// lanes a row, kShortRowsPerGroup rows a group, a grid over every row (docs/NOTES.md entry 39).
+TEST(Planner, ShortForwardRowsTakeTheShortRowWalk) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  auto forward = [&](std::int64_t m, std::int64_t n, DType t, bool rms = false, const PlannerTable& table = PlannerTable{}) {
+    Problem p = backward(m, n, t);
+    p.op = rms ? Op::RmsNormForward : Op::LayerNormForward;
+    return normkit::plan(p, h200, Strategy::Auto, table);
+  };
+  const struct { std::int64_t n; DType t; int lanes; } cases[] = {
+      {64, DType::BF16, 8}, {56, DType::F16, 8}, {40, DType::F16, 8}, {32, DType::BF16, 4}, {24, DType::F16, 4},
+      {16, DType::BF16, 2}, {8, DType::F16, 1},  {32, DType::F32, 8}, {12, DType::F32, 4}, {4, DType::F32, 1}};
+  for (const auto& c : cases) {
+    for (bool rms : {false, true}) {
+      const std::int64_t m = (std::int64_t(64) << 20) / (c.n * std::int64_t(dtype_size(c.t)));  // 64 MiB of x
+      const Plan plan = forward(m, c.n, c.t, rms);
+      const std::string where = std::string(rms ? "rms " : "ln ") + dtype_name(c.t) + " N = " + std::to_string(c.n);
+      ASSERT_TRUE(plan.row.short_rows) << where << ": " << plan.describe();
+      EXPECT_FALSE(plan.row.packed) << where;
+      EXPECT_EQ(plan.row.threads_per_row, c.lanes) << where;
+      EXPECT_EQ(plan.row.items, 1) << where;
+      EXPECT_EQ(plan.row.vec, 16 / int(dtype_size(c.t))) << where;
+      EXPECT_EQ(plan.row.block_threads(), kShortRowBlockThreads) << where;
+      EXPECT_EQ(plan.row.stages, 0) << where;
+      EXPECT_EQ(plan.row.split, 1) << where;
+      // a grid over every row, no more blocks than that
+      const std::int64_t rows_per_block = std::int64_t(plan.row.rows_per_block) * kShortRowsPerGroup;
+      EXPECT_GE(plan.row.blocks * rows_per_block, m) << where;
+      EXPECT_LT((plan.row.blocks - 1) * rows_per_block, m) << where;
+      EXPECT_NE(plan.describe().find(" short"), std::string::npos) << plan.describe();
+    }
+  }
+  // from forward_short_rows_min_bytes of x (128 KiB): 1024 x 64 bf16 is, 1023 x 64 is not
+  const PlannerTable defaults;
+  EXPECT_EQ(defaults.forward_short_rows_min_bytes, std::int64_t(128) << 10);
+  EXPECT_TRUE(forward(1024, 64, DType::BF16).row.short_rows);
+  EXPECT_TRUE(forward(1024, 64, DType::BF16, true).row.short_rows);
+  EXPECT_FALSE(forward(1023, 64, DType::BF16).row.short_rows);
+  EXPECT_FALSE(forward(1023, 64, DType::BF16, true).row.short_rows);
+  EXPECT_TRUE(forward(1024, 32, DType::F32).row.short_rows);
+  EXPECT_FALSE(forward(1023, 32, DType::F32).row.short_rows);
+  // longer rows, unaligned rows and the backward keep their walks
+  EXPECT_FALSE(forward(131072, 128, DType::BF16).row.short_rows);  // 16 vectors
+  EXPECT_FALSE(forward(131072, 64, DType::F32).row.short_rows);    // 16 vectors
+  Problem unaligned = backward(131072, 64, DType::BF16);
+  unaligned.op = Op::LayerNormForward;
+  unaligned.rows_vector_aligned = false;
+  EXPECT_FALSE(normkit::plan(unaligned, h200).row.short_rows);
+  EXPECT_FALSE(normkit::plan(backward(131072, 64, DType::BF16, {true, true, true}), h200).row.short_rows);
+  // RMSNorm rows the packed walk would take (64 MiB of x) take the short one
+  EXPECT_FALSE(forward(1 << 20, 64, DType::BF16, true).row.packed);
+  // the key: 0 takes every such row, even one; a table can turn the walk off
+  PlannerTable always, never;
+  always.forward_short_rows_min_bytes = 0;
+  never.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
+  EXPECT_TRUE(forward(1, 64, DType::BF16, false, always).row.short_rows);
+  EXPECT_EQ(forward(1, 64, DType::BF16, false, always).row.blocks, 1);
+  EXPECT_FALSE(forward(1 << 20, 64, DType::BF16, false, never).row.short_rows);
+  const std::string path = ::testing::TempDir() + "normkit_short_rows_table.txt";
+  { std::ofstream(path) << "forward_short_rows_min_bytes = 0\n"; }
+  EXPECT_EQ(load_planner_table(path).forward_short_rows_min_bytes, 0);
+  std::remove(path.c_str());
+}
+
 // PlannerTable::row_stage_bytes_per_sm: fewer stages where the resident blocks copy more row bytes
 // a stage (docs/NOTES.md entry 29); 0 = row_pipeline_stages everywhere.
 TEST(Planner, RowStagesAreCappedByTheRowBytesTheSmCopiesAStage) {
@@ -949,6 +1014,7 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   // PackedRmsForwardRowsFromTheTablesByteCount)
   PlannerTable staged;
   staged.rms_forward_packed_min_bytes = std::numeric_limits<std::int64_t>::max();
+  staged.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();  // (ShortForwardRowsTakeTheShortRowWalk)
   for (const Expected& e : cases) {
     const RowShape r = plan(e.problem, h200, e.strategy, staged).row;
     EXPECT_EQ(r.items, e.items) << e.why;
@@ -1008,6 +1074,7 @@ TEST(Planner, PackedRmsForwardRowsFromTheTablesByteCount) {
 
   PlannerTable t;
   t.rms_forward_packed_min_bytes = 8 << 20;
+  t.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();  // short rows packed too
   t.forward_packed_items_target = 2;
   t.forward_packed_block_threads = 256;
   struct Expected {
@@ -1152,9 +1219,10 @@ TEST(Planner, RowStagesFitSharedMemoryOfTheResidentBlocks) {
           const std::string where = std::string(op_name(op)) + " " + strategy_name(plan.strategy) + " " +
                                     dtype_name(t) + " N = " + std::to_string(n);
           const bool cached_vectors = r.items > 0 && r.vec > 1;
-          // enough shared memory for all of these; the packed walk (RMSNorm forward) is never staged
-          EXPECT_EQ(r.stages > 0, cached_vectors && !r.packed) << where;
-          if (r.packed) EXPECT_EQ(r.smem_bytes, 0) << where;
+          // enough shared memory for all of these; the packed walk (RMSNorm forward) and the short-row
+          // walk (the forward's rows of up to 8 vectors) are never staged
+          EXPECT_EQ(r.stages > 0, cached_vectors && !r.packed && !r.short_rows) << where;
+          if (r.packed || r.short_rows) EXPECT_EQ(r.smem_bytes, 0) << where;
           if (r.stages == 0) continue;
           EXPECT_GE(r.stages, 2) << where;
           EXPECT_LE(r.stages, PlannerTable{}.row_pipeline_stages) << where;

@@ -838,23 +838,55 @@ void expect_same_bits(const ForwardOut& a, const ForwardOut& b, const std::strin
 }
 
 const PlannerTable& forward_packed_table(bool packed) {
+  // (short rows take the short-row walk before the packed one: off in both, check_forward runs it)
   static const PlannerTable every_row = [] {
     PlannerTable t;
     t.rms_forward_packed_min_bytes = 0;
+    t.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
     return t;
   }();
   static const PlannerTable no_row = [] {
     PlannerTable t;
     t.rms_forward_packed_min_bytes = std::numeric_limits<std::int64_t>::max();
+    t.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
     return t;
   }();
   return packed ? every_row : no_row;
+}
+
+const PlannerTable& forward_short_rows_table(bool short_rows) {
+  static const PlannerTable every_row = [] {
+    PlannerTable t;
+    t.forward_short_rows_min_bytes = 0;
+    return t;
+  }();
+  static const PlannerTable no_row = [] {
+    PlannerTable t;
+    t.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
+    return t;
+  }();
+  return short_rows ? every_row : no_row;
 }
 
 void check_forward(const HostCase& hc, const DeviceCase& dc, const RefForward& ref, cudaStream_t stream) {
   SCOPED_TRACE(hc.spec.name + " forward");
   const ForwardOut out = gpu_forward(hc, dc, stream);
   expect_forward_matches(hc, out, ref);
+  // Short rows have two walks (RowShape::short_rows from forward_short_rows_min_bytes of x, the general
+  // walk below it): the call above ran the built-in table's, this one runs the other where the rows
+  // can take it, at any M. The short walk's bits repeat.
+  {
+    const PlannerTable& other = forward_short_rows_table(!out.plan.row.short_rows);
+    const ForwardOut walk = gpu_forward(hc, dc, stream, &other);
+    if (walk.plan.row.short_rows != out.plan.row.short_rows) {
+      SCOPED_TRACE(walk.plan.row.short_rows ? "every short row on the short-row walk" : "no short-row walk");
+      expect_forward_matches(hc, walk, ref);
+      const ForwardOut& short_walk = walk.plan.row.short_rows ? walk : out;
+      if (!testing::Test::HasFailure())
+        expect_same_bits(short_walk, gpu_forward(hc, dc, stream, walk.plan.row.short_rows ? &other : nullptr),
+                         "short-row walk");
+    }
+  }
   // Both row walks of a cached RMSNorm row, whichever the built-in table picks: the packed one
   // (RowShape::packed) where it can serve, and the staged / small-grid one. The call above ran the
   // built-in table's walk; this one runs the other. LayerNorm has one walk.

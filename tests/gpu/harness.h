@@ -243,11 +243,16 @@ void expect_forward_matches(const HostCase& hc, const ForwardOut& out, const Ref
 /// Bitwise repeatability: y, mean and rstd of two identical calls are the same bytes.
 void expect_same_bits(const ForwardOut& a, const ForwardOut& b, const std::string& what);
 /// gpu_forward + expect_forward_matches, under the built-in table and under forward_packed_table(true
-/// and false): every RMSNorm forward case checks both walks of a cached row.
+/// and false): every RMSNorm forward case checks both walks of a cached row; and under
+/// forward_short_rows_table: every forward of short vectorised rows checks both of their walks.
 void check_forward(const HostCase& hc, const DeviceCase& dc, const RefForward& ref,
                    cudaStream_t stream = test_stream());
-/// A planner table under which the RMSNorm forward packs every row it can (true) or none (false).
+/// A planner table under which the RMSNorm forward packs every row it can (true) or none (false), and
+/// no row takes the short-row walk.
 const PlannerTable& forward_packed_table(bool packed);
+/// A planner table under which the forward takes the short-row walk (RowShape::short_rows) on every
+/// row it can (true) or on none (false).
+const PlannerTable& forward_short_rows_table(bool short_rows);
 
 /// Builds `spec` fresh, then forward vs the reference and backward with every strategy (full mask
 /// and gamma/beta-only mask) vs the reference.

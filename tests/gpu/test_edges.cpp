@@ -242,8 +242,8 @@ TEST_P(StagedRows, ForwardAndBackwardMatchReference) {
   p.rows_vector_aligned = true;
   const DeviceFacts device = current_device_facts();
   p.op = spec.rms ? Op::RmsNormForward : Op::LayerNormForward;
-  // (RMSNorm forwards this large take the packed walk by default; check_forward also runs the
-  // staged one, under forward_packed_table(false))
+  // (RMSNorm forwards this large take the packed walk by default, and short rows the short-row walk;
+  // check_forward also runs the staged one, under forward_packed_table(false), which takes neither)
   const Plan forward = plan(p, device, Strategy::Auto, forward_packed_table(false));
   EXPECT_GT(forward.row.stages, 0) << "forward not staged: " << forward.describe();
   p.op = spec.rms ? Op::RmsNormBackward : Op::LayerNormBackward;
@@ -261,6 +261,49 @@ INSTANTIATE_TEST_SUITE_P(
                     padded(rms_spec("rms_M7777_N8192_f16_padded", 7777, 8192, DT::F16), 8),
                     no_weight(ln_spec("ln_M6000_N2048_bf16_noweight", 6000, 2048, DT::BF16), false),
                     ln_spec("ln_M262147_N64_bf16", 262147, 64, DT::BF16)),
+    spec_name);
+
+// ---- short rows: the forward's short-row walk (RowShape::short_rows), every lane width (1, 2, 4, 8
+// vectors a row), rows narrower than their lanes (3 and 5 vectors), one row, M not a multiple of a
+// block's rows, strided rows, no weight, fp32 weights. check_forward runs both walks of these rows
+// (the built-in table's and the other), so every case covers the short walk whatever its size ----
+
+class ShortRows : public testing::TestWithParam<Spec> {};
+
+TEST_P(ShortRows, ForwardBothWalksAndBackwardMatchReference) {
+  const Spec& spec = GetParam();
+  Problem p;
+  p.op = spec.rms ? Op::RmsNormForward : Op::LayerNormForward;
+  p.rows = spec.M;
+  p.cols = spec.N;
+  p.dtype = spec.dtype;
+  p.weight_dtype = spec.weight_dtype();
+  p.rows_vector_aligned = true;
+  const Plan forward = plan(p, current_device_facts(), Strategy::Auto, forward_short_rows_table(true));
+  ASSERT_TRUE(forward.row.short_rows) << forward.describe();
+  const std::int64_t vectors = spec.N / std::int64_t(16 / dtype_size(spec.dtype));
+  EXPECT_GE(forward.row.threads_per_row, vectors) << forward.describe();
+  EXPECT_LT(forward.row.threads_per_row, 2 * vectors) << forward.describe();
+  check_forward_and_backward(spec);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Short, ShortRows,
+    testing::Values(ln_spec("ln_M1_N64_bf16", 1, 64, DT::BF16),
+                    rms_spec("rms_M3001_N8_f16", 3001, 8, DT::F16),
+                    ln_spec("ln_M777_N16_bf16", 777, 16, DT::BF16),
+                    rms_spec("rms_M1001_N32_bf16", 1001, 32, DT::BF16),
+                    ln_spec("ln_M5000_N40_f16", 5000, 40, DT::F16),
+                    ln_spec("ln_M999_N24_f16", 999, 24, DT::F16),
+                    ln_spec("ln_M2049_N32_f32", 2049, 32, DT::F32),
+                    rms_spec("rms_M100_N12_f32", 100, 12, DT::F32),
+                    ln_spec("ln_M20000_N4_f32", 20000, 4, DT::F32),
+                    padded(ln_spec("ln_M4099_N64_bf16_padded", 4099, 64, DT::BF16), 8),
+                    strided(rms_spec("rms_M3000_N64_bf16_pad8_16_24", 3000, 64, DT::BF16), 8, 16, 24),
+                    no_weight(ln_spec("ln_noweight_bias_M513_N48_bf16", 513, 48, DT::BF16), true),
+                    no_weight(ln_spec("ln_noweight_nobias_M70000_N64_f16", 70000, 64, DT::F16), false),
+                    with_weight_dtype(rms_spec("rms_M2000_N64_bf16_w32", 2000, 64, DT::BF16), DT::F32),
+                    with_weight_dtype(ln_spec("ln_M3333_N56_f16_w32", 3333, 56, DT::F16), DT::F32)),
     spec_name);
 
 }  // namespace
