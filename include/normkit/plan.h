@@ -429,6 +429,14 @@ struct PlannerTable {
   /// (docs/NOTES.md entry 28): split 8 LN 16-bit 0 %, RMS -3.5 %, fp32 -5 %; split 2..4 LN 16-bit +2
   /// to +4 % (slower), RMS -2 to -3 %; wide rows (split 8 / 16) -13 to -16 %.
   int fused_deferred_min_split = 8;
+  /// Auto fuses rows of the fused kernel's wide layout (kFusedWideItems vectors a thread: above 65536
+  /// 16-bit / 32768 fp32 columns) only for elements of at least this many bytes, where the dX kernel
+  /// splits such rows too (row_split_wide_max); narrower elements take an unfused strategy with the
+  /// split dX (rows the dX kernel streams are fused at any M, whatever this key). H200, bf16, graph,
+  /// forced, best unfused / fused (docs/NOTES.md entry 40): LayerNorm 1024 / 2048 / 4096 x 262144
+  /// 0.90 / 0.90 / 0.92, 1024 / 4096 x 131072 0.90 / 0.90; RMSNorm 0.93-0.96; fp32 (131072 columns)
+  /// 1.04-1.06: fused stays. Forced fused still serves every such row.
+  int fused_wide_min_element_bytes = 4;
 };
 
 const PlannerTable& default_planner_table();

@@ -440,7 +440,11 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
     RowShape dx_rows = row_kernel_shape(p, device, t);
     return dx_rows.items == 0 && !split_rows(dx_rows, p, device, t);
   }();
-  if (t.fused_enabled && (fused_size || dx_streams) && fused_layout && fused_rows) return Strategy::Fused;
+  // Rows of the fused kernel's wide layout that the dX kernel splits: the unfused strategies win for
+  // narrow elements (PlannerTable::fused_wide_min_element_bytes).
+  const bool wide_unfused = !dx_streams && fused_split(p, t, nullptr).items == kFusedWideItems &&
+                            std::int64_t(dtype_size(p.dtype)) < t.fused_wide_min_element_bytes;
+  if (t.fused_enabled && (fused_size || dx_streams) && fused_layout && fused_rows && !wide_unfused) return Strategy::Fused;
   // dX and tiled strips in one launch beat simple (dX + a second launch) on the few rows simple takes
   // (bf16 sweep at 4345a27, full backward, M = 1: 1.53 vs 1.79 us at N = 64, 1.65 vs 1.85 at 768).
   Plan tiled;
@@ -768,6 +772,7 @@ const TableKey kTableKeys[] = {
     key<&Table::forward_split_ln_max_thread_elements>("forward_split_ln_max_thread_elements"),
     key<&Table::fused_split_max>("fused_split_max", largest_cluster_check),
     key<&Table::fused_deferred_min_split>("fused_deferred_min_split"),
+    key<&Table::fused_wide_min_element_bytes>("fused_wide_min_element_bytes"),
 };
 
 /// Keys of older tables, with what replaced them (a clear error instead of "unknown key").

@@ -522,12 +522,34 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
     // leaves a 196 KB shared-memory carveout and 60 KB of L1 for the re-read weights (NOTES entry 28)
     EXPECT_EQ(plan.row.stages, 3) << where;
     EXPECT_EQ(plan.row.smem_bytes, 3 * std::int64_t(kFusedBlockThreads) * 2 * kFusedWideItems * 16) << where;
-    EXPECT_EQ(normkit::plan(p, h200).strategy, Strategy::Fused) << where;
+    // auto: fused for fp32, the unfused strategies with the split dX for 16-bit elements
+    // (fused_wide_min_element_bytes), fused again where the dX kernel would stream the rows
+    const bool fp32 = c.t == DType::F32;
+    const Plan automatic = normkit::plan(p, h200);
+    EXPECT_EQ(automatic.strategy == Strategy::Fused, fp32) << where << ": " << automatic.describe();
+    if (!fp32) {
+      EXPECT_EQ(automatic.row.split, c.split) << where;
+      EXPECT_EQ(automatic.row.threads_per_row, kWideSplitBlockThreads) << where;
+    }
+    PlannerTable fuse_16bit, no_wide_dx;
+    fuse_16bit.fused_wide_min_element_bytes = 2;
+    no_wide_dx.row_split_wide_max = 1;
+    EXPECT_EQ(normkit::plan(p, h200, Strategy::Auto, fuse_16bit).strategy, Strategy::Fused) << where;
+    EXPECT_EQ(normkit::plan(p, h200, Strategy::Auto, no_wide_dx).strategy, Strategy::Fused) << where;
     DeviceFacts portable_only = h200;
     portable_only.max_nonportable_cluster_blocks = 0;
-    EXPECT_EQ(normkit::plan(p, portable_only).strategy == Strategy::Fused, c.split <= 8) << where;
+    EXPECT_EQ(normkit::plan(p, portable_only).strategy == Strategy::Fused, c.split <= 8 && fp32) << where;
     if (c.split > 8) EXPECT_THROW(normkit::plan(p, portable_only, Strategy::Fused), Error) << where;
   }
+  // the key is read
+  {
+    const std::string path = ::testing::TempDir() + "normkit_fused_wide_table.txt";
+    { std::ofstream(path) << "fused_wide_min_element_bytes = 2\n"; }
+    EXPECT_EQ(load_planner_table(path).fused_wide_min_element_bytes, 2);
+    std::remove(path.c_str());
+  }
+  // 16-bit rows of the fused kernel's portable split (2 items a thread) stay fused
+  EXPECT_EQ(normkit::plan(backward(8192, 65536, DType::BF16, full), h200).strategy, Strategy::Fused);
   // rows the dX kernel would stream (beyond its split: row_split_wide_max off, or a device without
   // clusters above the portable size) are fused at any M with dX (sweep at 3440edf); rows its split
   // covers, the wide split included, keep the size rules (docs/NOTES.md entry 38)
