@@ -452,6 +452,7 @@ constexpr int kMaxRowItems = 4;
 /// registers a thread (65536 / (512 x 3), rounded down to the allocation granule of 8): 48 warps an
 /// SM where the staged walk has 16.
 constexpr int kPackedRowMaxThreads = 512;
+constexpr int kPackedRowMinBlocks = 3;
 /// The forward's short-row walk (RowShape::short_rows): blocks of kShortRowBlockThreads threads, of
 /// which its __launch_bounds__ keep kShortRowMinBlocks resident per SM (at most 48 registers a
 /// thread, 40 warps an SM; with 6, 40 registers, the 16-bit instances spilled 12-36 bytes); each row
@@ -461,7 +462,6 @@ constexpr int kShortRowBlockThreads = 256;
 constexpr int kShortRowMinBlocks = 5;
 constexpr int kShortRowsPerGroup = 2;
 constexpr int kShortRowMaxLanes = 8;
-constexpr int kPackedRowMinBlocks = 3;
 /// The largest x dimension of a CUDA grid (2^31 - 1): a packed grid covers every row up to it and
 /// walks the rest by grid stride.
 constexpr std::int64_t kMaxGridBlocks = 0x7fffffff;

@@ -228,20 +228,27 @@ INSTANTIATE_TEST_SUITE_P(Eps, LargeEps,
 // ---- staged rows: cp.async through shared memory (RowShape::stages), with padded row strides,
 // a partial last iteration (M not a multiple of the rows a grid sweep covers) and undefined weight ----
 
-class StagedRows : public testing::TestWithParam<Spec> {};
-
-TEST_P(StagedRows, ForwardAndBackwardMatchReference) {
-  const Spec& spec = GetParam();
-  // The shape must really be staged for the forward, dX and fused kernels, or this suite covers nothing new.
+/// The planner's view of `spec` for `op`: every output requested, rows 16-byte aligned (as the specs of
+/// these suites are).
+Problem problem_of(const Spec& spec, Op op) {
   Problem p;
+  p.op = op;
   p.rows = spec.M;
   p.cols = spec.N;
   p.dtype = spec.dtype;
   p.weight_dtype = spec.weight_dtype();
   p.mask = spec.full_mask();
   p.rows_vector_aligned = true;
+  return p;
+}
+
+class StagedRows : public testing::TestWithParam<Spec> {};
+
+TEST_P(StagedRows, ForwardAndBackwardMatchReference) {
+  const Spec& spec = GetParam();
+  // The shape must really be staged for the forward, dX and fused kernels, or this suite covers nothing new.
+  Problem p = problem_of(spec, spec.rms ? Op::RmsNormForward : Op::LayerNormForward);
   const DeviceFacts device = current_device_facts();
-  p.op = spec.rms ? Op::RmsNormForward : Op::LayerNormForward;
   // (RMSNorm forwards this large take the packed walk by default, and short rows the short-row walk;
   // check_forward also runs the staged one, under forward_packed_table(false), which takes neither)
   const Plan forward = plan(p, device, Strategy::Auto, forward_packed_table(false));
@@ -272,13 +279,7 @@ class ShortRows : public testing::TestWithParam<Spec> {};
 
 TEST_P(ShortRows, ForwardBothWalksAndBackwardMatchReference) {
   const Spec& spec = GetParam();
-  Problem p;
-  p.op = spec.rms ? Op::RmsNormForward : Op::LayerNormForward;
-  p.rows = spec.M;
-  p.cols = spec.N;
-  p.dtype = spec.dtype;
-  p.weight_dtype = spec.weight_dtype();
-  p.rows_vector_aligned = true;
+  const Problem p = problem_of(spec, spec.rms ? Op::RmsNormForward : Op::LayerNormForward);
   const Plan forward = plan(p, current_device_facts(), Strategy::Auto, forward_short_rows_table(true));
   ASSERT_TRUE(forward.row.short_rows) << forward.describe();
   const std::int64_t vectors = spec.N / std::int64_t(16 / dtype_size(spec.dtype));
