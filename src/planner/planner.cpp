@@ -428,7 +428,8 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const bool fused_layout = vectorised || p.cols <= t.fused_unaligned_max_cols;
   // Rows split over a cluster are fused with dX (that is what saves the second read of x and dy), or
   // without it over clusters of at most fused_gb_max_split blocks; only where the device has clusters.
-  const int split = fused_split(p, t, nullptr).split;
+  const FusedSplit fused_layout_split = fused_split(p, t, nullptr);
+  const int split = fused_layout_split.split;
   const bool fused_rows =
       split == 1 || (split >= 2 && (p.mask.dx || split <= t.fused_gb_max_split) && device_holds_cluster(device, split));
   // Rows longer than the dX kernel's split covers (its wide split off, or beyond it) are streamed by
@@ -442,7 +443,7 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   }();
   // Rows of the fused kernel's wide layout that the dX kernel splits: the unfused strategies win for
   // narrow elements (PlannerTable::fused_wide_min_element_bytes).
-  const bool wide_unfused = !dx_streams && fused_split(p, t, nullptr).items == kFusedWideItems &&
+  const bool wide_unfused = !dx_streams && fused_layout_split.items == kFusedWideItems &&
                             std::int64_t(dtype_size(p.dtype)) < t.fused_wide_min_element_bytes;
   if (t.fused_enabled && (fused_size || dx_streams) && fused_layout && fused_rows && !wide_unfused) return Strategy::Fused;
   // dX and tiled strips in one launch beat simple (dX + a second launch) on the few rows simple takes
