@@ -813,69 +813,90 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
          p.m * p.n <= best_table.fused_cluster_max_elements && p.n <= best_table.fused_cluster_max_cols ? "cluster"
                                                                                                          : "other"});
 
-  // 4) The RMSNorm forward's packed walk (rms_forward_packed_min_bytes): every vectorised shape of a
-  // small grid timed with the packed walk allowed everywhere and with it never taken (the staged or
-  // streamed walk), and the byte threshold chosen by the same regret score as steps 1 and 3.
-  struct PackedPoint {
+  // 4) The forward's lean walks, each from a size of x: RMSNorm's packed walk (rms_forward_packed_min_bytes)
+  // and LayerNorm's warp rows on the short-row walk (ln_forward_warp_rows_min_bytes). Every vectorised
+  // shape of a small grid the walk can serve is timed with the walk allowed everywhere and with it
+  // never taken (the staged or streamed walk), and the byte threshold is chosen by the same regret
+  // score as steps 1 and 3.
+  struct WalkPoint {
     std::int64_t m, n, bytes;
-    double packed, other;
+    double walk, other;
   };
-  std::vector<PackedPoint> packed_points;
-  normkit::PlannerTable packed_everywhere = best_table, never_packed = best_table;
-  packed_everywhere.rms_forward_packed_min_bytes = 0;
-  never_packed.rms_forward_packed_min_bytes = std::numeric_limits<std::int64_t>::max();
+  struct ForwardWalkTune {
+    const char* title;       // the report's heading
+    const char* walk_name;   // "packed": the records' labels are walk_name and "not_" walk_name
+    const char* key_name;    // the table key tuned
+    OpKind op;
+    std::int64_t normkit::PlannerTable::*min_bytes;
+    bool (*takes)(const normkit::Plan&);
+    std::vector<WalkPoint> points;
+    double default_score = kNaN, tuned_score = kNaN;
+    Table table;
+  };
+  ForwardWalkTune walks[] = {
+      {"RMSNorm forward, packed walk", "packed", "rms_forward_packed_min_bytes", OpKind::RmsFwd,
+       &normkit::PlannerTable::rms_forward_packed_min_bytes, [](const normkit::Plan& p) { return p.row.packed; }, {}, kNaN, kNaN, {}},
+      {"LayerNorm forward, warp rows on the short-row walk", "warp_rows", "ln_forward_warp_rows_min_bytes",
+       OpKind::LnFwd, &normkit::PlannerTable::ln_forward_warp_rows_min_bytes,
+       [](const normkit::Plan& p) { return p.row.short_rows; }, {}, kNaN, kNaN, {}},
+  };
   const std::int64_t element_bytes = std::int64_t(normkit::dtype_size(dtype));
-  for (std::int64_t n : {std::int64_t(768), std::int64_t(1024), std::int64_t(2048), std::int64_t(4096), std::int64_t(8192)}) {
-    for (int bytes_log = 18; bytes_log <= 28; ++bytes_log) {  // x of 256 KiB .. 256 MiB
-      const std::int64_t m = (std::int64_t(1) << bytes_log) / (n * element_bytes);
-      std::string why;
-      if (m < 1 || floor_bytes(OpKind::RmsFwd, m, n, dtype, ctx.weight_dtype(dtype)) > max_cell_bytes ||
-          cpu_too_big(ctx, m, n, &why))
-        continue;
-      std::fprintf(stderr, "\r[tune] packed rms_fwd M=%lld N=%lld        ", (long long)m, (long long)n);
-      std::fflush(stderr);
-      auto setup = make_setup(ctx, true, m, n, dtype, &why);
-      if (!setup) continue;
-      if (!setup->plan_with_table(OpKind::RmsFwd, Strategy::Auto, packed_everywhere).row.packed) continue;
-      setup->set_table(&packed_everywhere);
-      const Timing packed = measure(*ctx.backend, *setup, OpKind::RmsFwd, Strategy::Auto, mode, ctx.params);
-      note_failure(ctx, "tune", packed);
-      records.push_back(timing_record(ctx, "tune", "packed", *setup, OpKind::RmsFwd, Strategy::Auto, mode, packed));
-      setup->set_table(&never_packed);
-      const Timing other = measure(*ctx.backend, *setup, OpKind::RmsFwd, Strategy::Auto, mode, ctx.params);
-      note_failure(ctx, "tune", other);
-      records.push_back(timing_record(ctx, "tune", "not_packed", *setup, OpKind::RmsFwd, Strategy::Auto, mode, other));
-      if (packed.ok && other.ok) packed_points.push_back({m, n, m * n * element_bytes, packed.mean_us, other.mean_us});
-    }
-  }
-  std::fprintf(stderr, "\n");
-  // Regret of "packed from this many bytes of x" (max: never).
-  auto packed_score = [&](std::int64_t min_bytes) {
-    double sum = 0;
-    for (const PackedPoint& p : packed_points)
-      sum += std::log((p.bytes >= min_bytes ? p.packed : p.other) / std::min(p.packed, p.other));
-    return packed_points.empty() ? kNaN : std::exp(sum / double(packed_points.size()));
-  };
-  const double packed_default_score = packed_score(best_table.rms_forward_packed_min_bytes);
-  double packed_best_score = packed_default_score;
-  if (!packed_points.empty()) {
-    std::vector<std::int64_t> candidates{std::numeric_limits<std::int64_t>::max()};
-    for (const PackedPoint& p : packed_points) candidates.push_back(p.bytes);  // each measured size a cut
-    for (std::int64_t c : candidates) {
-      const double sc = packed_score(c);
-      // only a strictly better score moves the key: on a tie the default stays
-      if (sc < packed_best_score - 1e-6) {
-        packed_best_score = sc;
-        best_table.rms_forward_packed_min_bytes = c;
+  for (ForwardWalkTune& w : walks) {
+    normkit::PlannerTable everywhere = best_table, never = best_table;
+    everywhere.*w.min_bytes = 0;
+    never.*w.min_bytes = std::numeric_limits<std::int64_t>::max();
+    const bool rms = w.op == OpKind::RmsFwd;
+    for (std::int64_t n : {std::int64_t(768), std::int64_t(1024), std::int64_t(2048), std::int64_t(4096), std::int64_t(8192)}) {
+      for (int bytes_log = 18; bytes_log <= 28; ++bytes_log) {  // x of 256 KiB .. 256 MiB
+        const std::int64_t m = (std::int64_t(1) << bytes_log) / (n * element_bytes);
+        std::string why;
+        if (m < 1 || floor_bytes(w.op, m, n, dtype, ctx.weight_dtype(dtype)) > max_cell_bytes || cpu_too_big(ctx, m, n, &why))
+          continue;
+        std::fprintf(stderr, "\r[tune] %s %s M=%lld N=%lld        ", w.walk_name, op_kind_name(w.op), (long long)m, (long long)n);
+        std::fflush(stderr);
+        auto setup = make_setup(ctx, rms, m, n, dtype, &why);
+        if (!setup) continue;
+        if (!w.takes(setup->plan_with_table(w.op, Strategy::Auto, everywhere))) continue;
+        setup->set_table(&everywhere);
+        const Timing walk = measure(*ctx.backend, *setup, w.op, Strategy::Auto, mode, ctx.params);
+        note_failure(ctx, "tune", walk);
+        records.push_back(timing_record(ctx, "tune", w.walk_name, *setup, w.op, Strategy::Auto, mode, walk));
+        setup->set_table(&never);
+        const Timing other = measure(*ctx.backend, *setup, w.op, Strategy::Auto, mode, ctx.params);
+        note_failure(ctx, "tune", other);
+        records.push_back(timing_record(ctx, "tune", std::string("not_") + w.walk_name, *setup, w.op, Strategy::Auto, mode, other));
+        if (walk.ok && other.ok) w.points.push_back({m, n, m * n * element_bytes, walk.mean_us, other.mean_us});
       }
     }
+    std::fprintf(stderr, "\n");
+    // Regret of "the walk from this many bytes of x" (max: never).
+    auto score = [&](std::int64_t min_bytes) {
+      double sum = 0;
+      for (const WalkPoint& p : w.points) sum += std::log((p.bytes >= min_bytes ? p.walk : p.other) / std::min(p.walk, p.other));
+      return w.points.empty() ? kNaN : std::exp(sum / double(w.points.size()));
+    };
+    w.default_score = score(best_table.*w.min_bytes);
+    w.tuned_score = w.default_score;
+    if (!w.points.empty()) {
+      std::vector<std::int64_t> candidates{std::numeric_limits<std::int64_t>::max()};
+      for (const WalkPoint& p : w.points) candidates.push_back(p.bytes);  // each measured size a cut
+      for (std::int64_t c : candidates) {
+        const double sc = score(c);
+        // only a strictly better score moves the key: on a tie the default stays
+        if (sc < w.tuned_score - 1e-6) {
+          w.tuned_score = sc;
+          best_table.*w.min_bytes = c;
+        }
+      }
+    }
+    const std::string walk_label = std::string(w.walk_name);
+    w.table.header = {"M", "N", "x bytes", walk_label + " (µs)", "not " + walk_label + " (µs)", walk_label + " / not",
+                      "tuned rule picks"};
+    for (const WalkPoint& p : w.points)
+      w.table.rows.push_back({std::to_string(p.m), std::to_string(p.n), fmt_bytes(double(p.bytes)), fmt(p.walk),
+                              fmt(p.other), fmt(p.walk / p.other, 3),
+                              p.bytes >= best_table.*w.min_bytes ? walk_label : "not " + walk_label});
   }
-  Table packed_table;
-  packed_table.header = {"M", "N", "x bytes", "packed (µs)", "not packed (µs)", "packed / not", "tuned rule picks"};
-  for (const PackedPoint& p : packed_points)
-    packed_table.rows.push_back({std::to_string(p.m), std::to_string(p.n), fmt_bytes(double(p.bytes)), fmt(p.packed),
-                                 fmt(p.other), fmt(p.packed / p.other, 3),
-                                 p.bytes >= best_table.rms_forward_packed_min_bytes ? "packed" : "not packed"});
 
   write_file(path, normkit::format_planner_table(best_table));
 
@@ -901,14 +922,16 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
      << best_table.fused_cluster_max_cols << ") score " << fmt(cluster_best_score, 4)
      << (facts.max_cluster_blocks >= 2 ? "" : " (this device has no thread-block clusters: not measured)") << "\n\n";
   md << cluster_table.markdown() << "\n";
-  md << "RMSNorm forward, packed walk against the walk it replaces (" << packed_points.size()
-     << " shapes, x of 256 KiB - 256 MiB): default rule (x >= " << fmt_bytes(double(normkit::default_planner_table().rms_forward_packed_min_bytes))
-     << ") score " << fmt(packed_default_score, 4) << "; tuned rule (x >= "
-     << (best_table.rms_forward_packed_min_bytes == std::numeric_limits<std::int64_t>::max()
-             ? std::string("never")
-             : fmt_bytes(double(best_table.rms_forward_packed_min_bytes)))
-     << ") score " << fmt(packed_best_score, 4) << "\n\n";
-  md << packed_table.markdown() << "\n";
+  for (const ForwardWalkTune& w : walks) {
+    const std::int64_t tuned = best_table.*w.min_bytes;
+    md << w.title << " against the walk it replaces (" << w.points.size()
+       << " shapes, x of 256 KiB - 256 MiB): default rule (" << w.key_name << ", x >= "
+       << fmt_bytes(double(normkit::default_planner_table().*w.min_bytes)) << ") score " << fmt(w.default_score, 4)
+       << "; tuned rule (x >= "
+       << (tuned == std::numeric_limits<std::int64_t>::max() ? std::string("never") : fmt_bytes(double(tuned)))
+       << ") score " << fmt(w.tuned_score, 4) << "\n\n";
+    md << w.table.markdown() << "\n";
+  }
   md << "Wrote " << path << ":\n\n```\n" << normkit::format_planner_table(best_table) << "```\n";
   std::cout << md.str();
   Record meta = meta_record(ctx, "tune");
@@ -923,13 +946,16 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   meta.push_back({"tuned_fused_cluster_max_cols", best_table.fused_cluster_max_cols});
   meta.push_back({"cluster_default_score", cluster_default_score});
   meta.push_back({"cluster_tuned_score", cluster_best_score});
-  meta.push_back({"tuned_rms_forward_packed_min_bytes", best_table.rms_forward_packed_min_bytes});
-  meta.push_back({"packed_default_score", packed_default_score});
-  meta.push_back({"packed_tuned_score", packed_best_score});
+  for (const ForwardWalkTune& w : walks) {
+    meta.push_back({std::string("tuned_") + w.key_name, best_table.*w.min_bytes});
+    meta.push_back({std::string(w.walk_name) + "_default_score", w.default_score});
+    meta.push_back({std::string(w.walk_name) + "_tuned_score", w.tuned_score});
+  }
   write_outputs(out, meta, records,
                 {{"fused_vs_unfused", table_records(fused_table)},
                  {"cluster_vs_other", table_records(cluster_table)},
-                 {"packed_vs_other", table_records(packed_table)}},
+                 {walks[0].walk_name + std::string("_vs_other"), table_records(walks[0].table)},
+                 {walks[1].walk_name + std::string("_vs_other"), table_records(walks[1].table)}},
                 md.str());
   return 0;
 }

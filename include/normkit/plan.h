@@ -86,11 +86,12 @@ struct RowShape {
   /// used, in few registers (kPackedRowMinBlocks) so that many blocks are resident; never staged or
   /// split. `blocks` covers every row.
   bool packed = false;
-  /// The forward's short-row walk (forward_short_rows_kernel; PlannerTable::forward_short_rows_min_bytes):
-  /// one 16-byte vector of a row a lane, threads_per_row lanes a row (a compile-time width), each
-  /// group kShortRowsPerGroup rows at once, blocks of kShortRowBlockThreads threads, a grid over every
-  /// row; never staged or split.
+  /// The forward's short-row walk (forward_short_rows_kernel; PlannerTable::forward_short_rows_min_bytes,
+  /// ln_forward_warp_rows_min_bytes): `items` 16-byte vectors a lane, threads_per_row lanes a row (a
+  /// compile-time width of at most a warp), each group `group_rows` rows at once, blocks of
+  /// kShortRowBlockThreads threads, a grid over every row; never staged or split.
   bool short_rows = false;
+  int group_rows = 1;  ///< short-row walk: rows a group holds at once (kShortRowsPerGroup at one vector a lane)
   int block_threads() const { return threads_per_row * rows_per_block; }
 };
 
@@ -346,8 +347,8 @@ struct PlannerTable {
   /// -> 6.87 us, 8192 x 768 8.59 -> 9.24, 2048 x 2048 6.39 -> 6.67) or tied (8192 x 1000, 131072 x
   /// 64). LayerNorm has no packed walk (it lost everywhere: 131072 x 4096 bf16 563.7 -> 639.4 us).
   std::int64_t rms_forward_packed_min_bytes = std::int64_t(64) << 20;
-  /// Forward rows of at most short_row_max_vectors (and kShortRowMaxLanes) 16-byte vectors take the
-  /// short-row walk (RowShape::short_rows) from this many bytes of x on (M x N x element size).
+  /// Forward rows of at most forward_short_rows_max_vectors 16-byte vectors take the short-row walk
+  /// (RowShape::short_rows) from this many bytes of x on (M x N x element size).
   /// Why: the general walk spends ~26 instructions an element on such rows (its row sums compiled for
   /// every group width, stage addressing and a run-time cp.async depth per row: 419 a row iteration at
   /// N = 64 bf16) and is issue-bound there (ncu: an eligible warp in 64 % of the issue slots at 24 %
@@ -356,6 +357,18 @@ struct PlannerTable {
   /// 0.92-0.94, 4096 x 64 0.92-0.94, 131072 x 64 0.96-1.00; fp32 131072 x 16 0.81-0.88; 1024 x 64
   /// (128 KiB, the smallest measured) 0.97-1.00. Below it: not measured, the general walk.
   std::int64_t forward_short_rows_min_bytes = std::int64_t(128) << 10;
+  /// ... and rows of at most this many 16-byte vectors (at most kShortRowMaxVectors).
+  std::int64_t forward_short_rows_max_vectors = 8;
+  /// LayerNorm forward rows of up to kShortRowMaxVectors vectors (a warp a row, up to 8 vectors a lane)
+  /// take the short-row walk from this many bytes of x. Why: LayerNorm's two row sums in a lean walk
+  /// are warp butterflies there, where the packed walk's block barriers lost to the staged walk
+  /// (entry 31); at this size its resident warps beat the staged walk's 16 an SM. H200, graph, short /
+  /// staged (docs/NOTES.md entry 41): bf16 / fp16 / fp32 131072 x 1024 0.92 / 0.90 / 0.92, 65536 x 1024
+  /// 0.92 (bf16, fp32), 262144 x 256 0.93-0.94, 131072 x 512 0.94, 65536 x 2048 0.91 / 0.94, 32768 x
+  /// 2048 0.95, 131072 x 768 0.96-1.00, 32768 x 1024 0.99 / 0.97 / 0.93, 16384 x 2048 bf16 (64 MiB, 8
+  /// vectors a lane) 1.03-1.05 the one loss; below it (8 - 32 MiB) mixed, 0.95 - 1.13 (fp32 slower),
+  /// and the small shapes 1.06 - 1.6 slower. RMSNorm has the packed walk there (the short one tied it).
+  std::int64_t ln_forward_warp_rows_min_bytes = std::int64_t(64) << 20;
   int forward_packed_items_target = 2;
   int forward_packed_block_threads = 256;
   /// Row iterations staged through shared memory by cp.async in the row-cached kernels (forward,
@@ -454,14 +467,23 @@ constexpr int kMaxRowItems = 4;
 constexpr int kPackedRowMaxThreads = 512;
 constexpr int kPackedRowMinBlocks = 3;
 /// The forward's short-row walk (RowShape::short_rows): blocks of kShortRowBlockThreads threads, of
-/// which its __launch_bounds__ keep kShortRowMinBlocks resident per SM (at most 48 registers a
-/// thread, 40 warps an SM; with 6, 40 registers, the 16-bit instances spilled 12-36 bytes); each row
-/// group holds kShortRowsPerGroup rows at once (that many 16-byte loads in flight a lane), rows of at
-/// most kShortRowMaxLanes vectors.
+/// which its __launch_bounds__ keep short_row_min_blocks(items x rows) resident per SM; a row takes the
+/// next power of two of its 16-byte vectors in lanes, at most kShortRowMaxLanes (a warp: its sums are
+/// warp butterflies, never a block barrier), and longer rows take more vectors a lane, up to
+/// kShortRowMaxItems (items 1, 2, 4, 8); each group of one vector a lane holds kShortRowsPerGroup rows
+/// at once (two 16-byte loads in flight a lane), of more vectors one row. Groups of 1 or 4 rows
+/// measured slower on most short rows (docs/NOTES.md entry 41).
 constexpr int kShortRowBlockThreads = 256;
-constexpr int kShortRowMinBlocks = 5;
 constexpr int kShortRowsPerGroup = 2;
-constexpr int kShortRowMaxLanes = 8;
+constexpr int kShortRowMaxLanes = 32;
+constexpr int kShortRowMaxItems = 8;
+/// The longest row the short-row walk serves, in 16-byte vectors (PlannerTable::forward_short_rows_max_vectors).
+constexpr int kShortRowMaxVectors = kShortRowMaxLanes * kShortRowMaxItems;
+/// Blocks of the short-row walk its __launch_bounds__ keep resident per SM, by the 16-byte vectors a
+/// lane holds (items x rows a group): 5 (48 registers a thread, 40 warps an SM) for one or two; with
+/// 6 (40 registers) the one-vector 16-bit instances spilled 12-36 bytes. Four and eight vectors hold
+/// 16-32 more registers of row (at 48 registers four rows of a vector spilled 84 bytes).
+constexpr int short_row_min_blocks(int vectors) { return vectors <= 2 ? 5 : vectors <= 4 ? 4 : 3; }
 /// The largest x dimension of a CUDA grid (2^31 - 1): a packed grid covers every row up to it and
 /// walks the rest by grid stride.
 constexpr std::int64_t kMaxGridBlocks = 0x7fffffff;

@@ -282,57 +282,74 @@ __global__ void __launch_bounds__(kPackedRowMaxThreads, kPackedRowMinBlocks) rms
   }
 }
 
-/// Short rows (RowShape::short_rows: at most kShortRowMaxLanes 16-byte vectors): LANES lanes a row, a
-/// compile-time width, one vector a lane; each group takes kShortRowsPerGroup rows at once, groups of a
-/// warp on consecutive rows (a warp's loads of one row index cover 32 / LANES whole rows: coalesced).
-/// No stages and no loop: a grid over every row, with kShortRowMinBlocks blocks resident per SM,
-/// hides the latency with warps, as torch.compile's forward does. What the general walk pays per row
-/// and this one does not (docs/NOTES.md entry 39): row sums compiled for every group width (the width
-/// is a run-time value there), stage addresses, and a cp.async wait on a run-time depth. The
-/// statistics are the general walk's: the mean, then the squared deviations from it (two butterflies
-/// of log2(LANES) steps), lanes past N taking no part in the second sum.
-template <typename T, typename W, bool kRms, int LANES, int VEC>
-__global__ void __launch_bounds__(kShortRowBlockThreads, kShortRowMinBlocks) forward_short_rows_kernel(const ForwardParams<T, W> p) {
+/// Short rows (RowShape::short_rows: at most kShortRowMaxVectors 16-byte vectors): LANES lanes a row,
+/// a compile-time width of at most a warp, ITEMS vectors a lane (the general layout's slots: slot k of
+/// lane l holds vector k * LANES + l, so a group's loads of one slot are contiguous); each group takes
+/// ROWS rows at once (RowShape::group_rows), groups of a warp on consecutive rows (a warp's loads of
+/// one slot of narrow rows cover 32 / LANES whole rows: coalesced). No stages and no loop: a grid over
+/// every row, with short_row_min_blocks(ITEMS * ROWS) blocks resident per SM, hides the latency with warps,
+/// as torch.compile's forward does. What the general walk pays per row and this one does not
+/// (docs/NOTES.md entries 39, 41): row sums compiled for every group width and, for groups wider than
+/// a warp, a block barrier (the width is a run-time value there), stage addresses, and a cp.async wait
+/// on a run-time depth. The statistics are the general walk's: the mean, then the squared deviations
+/// from it (two butterflies of log2(LANES) steps), slots past N taking no part in the second sum.
+template <typename T, typename W, bool kRms, int LANES, int ITEMS, int ROWS, int VEC>
+__global__ void __launch_bounds__(kShortRowBlockThreads, short_row_min_blocks(ITEMS * ROWS)) forward_short_rows_kernel(const ForwardParams<T, W> p) {
   static_assert((LANES & (LANES - 1)) == 0 && LANES <= kWarpSize, "a row's lanes are a power of two within a warp");
+  static_assert(ITEMS == 1 || LANES == kShortRowMaxLanes, "rows take more vectors a lane only at a warp a row");
+  static_assert(ROWS == 1 || ITEMS == 1, "groups hold several rows only at one vector a lane");
   constexpr int kGroups = kShortRowBlockThreads / LANES;
-  constexpr int kRows = kShortRowsPerGroup;
-  const int lane = int(threadIdx.x) % LANES;
-  const int col = lane * VEC;
-  const bool in_row = col < p.cols;
-  const std::int64_t first = std::int64_t(blockIdx.x) * (kGroups * kRows) + int(threadIdx.x) / LANES;
-  // The loads first: every row's vector is in flight before any arithmetic.
-  Pack<T, VEC> xp[kRows];
+  constexpr int kRows = ROWS;
+  const RowGroup g{LANES, int(threadIdx.x) % LANES, int(threadIdx.x) / LANES};  // compile-time width
+  const std::int64_t first = std::int64_t(blockIdx.x) * (kGroups * kRows) + g.index;
+  // The loads first: every slot of every row is in flight before any arithmetic.
+  RowFragment<T, ITEMS, VEC> xp[kRows];  // slots past N (and rows past M) hold 0
 #pragma unroll
   for (int j = 0; j < kRows; ++j) {
     const std::int64_t r = first + std::int64_t(j) * kGroups;
-    if (in_row && r < p.rows) xp[j] = Pack<T, VEC>::load(p.x.row(r) + col);
-    else xp[j].zero();
+    xp[j].load(p.x.row(r < p.rows ? r : 0), g, p.cols, r < p.rows);
   }
   const auto row_sum = [](float v) {
 #pragma unroll
     for (int offset = LANES / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
     return v;
   };
+  const int valid_vectors = lane_vectors<ITEMS, VEC>(g, p.cols);
   // The statistics of every row first, from the packed rows (converted where used): across the row
   // sums a lane holds its packed vectors and two floats a row, not the converted rows, so the
-  // weights loaded after fit the register budget of kShortRowMinBlocks blocks without spilling.
+  // weights loaded after fit the register budget of short_row_min_blocks without spilling.
+  // 16-bit lanes of 4 and more vectors (a row's slots times the group's rows) convert again for each
+  // sum (forget_conversions): converted rows kept across the butterflies made ptxas spill 16-72 bytes
+  // a thread.
+  constexpr bool kConvertEachSum = sizeof(T) == 2 && ITEMS * ROWS >= 4;
+  const auto lane_sum_of = [&](RowFragment<T, ITEMS, VEC>& row, auto term, int valid) {
+    if constexpr (kConvertEachSum) row.forget_conversions();
+    float x[ITEMS][VEC];
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) x[k][i] = row.at(k, i);
+    return lane_sum(x, term, valid);
+  };
   float mean[kRows], rstd[kRows];
 #pragma unroll
   for (int j = 0; j < kRows; ++j) {
-    float x[1][VEC];
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) x[0][i] = xp[j].get(i);
     mean[j] = 0.f;
     if constexpr (kRms) {
-      rstd[j] = rsqrtf(row_sum(lane_sum(x, [](float v) { return v * v; })) * p.inv_cols + p.eps);
+      rstd[j] = rsqrtf(row_sum(lane_sum_of(xp[j], [](float v) { return v * v; }, ITEMS)) * p.inv_cols + p.eps);
     } else {
-      mean[j] = row_sum(lane_sum(x, [](float v) { return v; })) * p.inv_cols;
+      mean[j] = row_sum(lane_sum_of(xp[j], [](float v) { return v; }, ITEMS)) * p.inv_cols;
       const float m = mean[j];
-      const float lane_m2 = lane_sum(x, [m](float v) { return (v - m) * (v - m); }, in_row ? 1 : 0);
+      const float lane_m2 = lane_sum_of(xp[j], [m](float v) { return (v - m) * (v - m); }, valid_vectors);
       rstd[j] = rsqrtf(row_sum(lane_m2) * p.inv_cols + p.eps);
     }
+    if constexpr (kConvertEachSum) xp[j].forget_conversions();
   }
-  if (in_row) {
+  // y slot by slot: the slot's weight and bias once, for every row of the group.
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int col = g.column<VEC>(k);
+    if (col >= p.cols) break;  // later slots are further right
     float w[VEC], b[VEC];
     load_weight_vec_or<W, VEC>(p.weight, col, 1.f, w);
     load_weight_vec_or<W, VEC>(p.bias, col, 0.f, b);
@@ -342,11 +359,11 @@ __global__ void __launch_bounds__(kShortRowBlockThreads, kShortRowMinBlocks) for
       if (r >= p.rows) break;  // later rows of the group are further on
       float y[VEC];
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) y[i] = (xp[j].get(i) - mean[j]) * rstd[j] * w[i] + b[i];
+      for (int i = 0; i < VEC; ++i) y[i] = (xp[j].at(k, i) - mean[j]) * rstd[j] * w[i] + b[i];
       store_vec<T, VEC>(p.y.row(r) + col, y);
     }
   }
-  if (lane == 0) {
+  if (g.lane == 0) {
 #pragma unroll
     for (int j = 0; j < kRows; ++j) {
       const std::int64_t r = first + std::int64_t(j) * kGroups;
@@ -530,23 +547,46 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
   const std::size_t smem = std::size_t(plan.row.smem_bytes);
   if (plan.row.short_rows) {
     constexpr int kVec = int(16 / sizeof(T));
-    if (plan.row.vec != kVec || plan.row.items != 1 || plan.row.stages != 0 || plan.row.split != 1 ||
+    const auto no_instance = [&] {
+      return CudaError("normkit: internal error: a short-row forward plan the kernel has no instance for (" +
+                       plan.describe() + ")");
+    };
+    if (plan.row.vec != kVec || plan.row.stages != 0 || plan.row.split != 1 ||
         plan.row.block_threads() != kShortRowBlockThreads)
-      throw CudaError("normkit: internal error: a short-row forward plan the kernel has no instance for (" + plan.describe() + ")");
-    const auto launch = [&](auto lanes) {
-      void (*kernel)(ForwardParams<T, W>) = p.rms ? forward_short_rows_kernel<T, W, true, lanes(), kVec>
-                                                 : forward_short_rows_kernel<T, W, false, lanes(), kVec>;
+      throw no_instance();
+    const auto launch = [&](auto lanes, auto items, auto rows) {
+      void (*kernel)(ForwardParams<T, W>) =
+          p.rms ? forward_short_rows_kernel<T, W, true, lanes(), items(), rows(), kVec>
+                : forward_short_rows_kernel<T, W, false, lanes(), items(), rows(), kVec>;
       kernel<<<grid, block, 0, stream>>>(params);
     };
-    static_assert(kShortRowMaxLanes == 8, "instances for 1, 2, 4 and 8 lanes a row");
-    switch (plan.row.threads_per_row) {
-      case 1: launch(IntConst<1>{}); break;
-      case 2: launch(IntConst<2>{}); break;
-      case 4: launch(IntConst<4>{}); break;
-      case 8: launch(IntConst<8>{}); break;
-      default:
-        throw CudaError("normkit: internal error: a short-row forward plan of " + std::to_string(plan.row.threads_per_row) +
-                        " lanes a row (" + plan.describe() + ")");
+    static_assert(kShortRowMaxLanes == 32 && kShortRowMaxItems == 8 && kShortRowsPerGroup == 2,
+                  "instances for 1 .. 32 lanes a row at one vector a lane and two rows a group, and 2, 4, 8 "
+                  "vectors a lane at 32 lanes and one row");
+    const int lanes = plan.row.threads_per_row, items = plan.row.items, rows = plan.row.group_rows;
+    const auto one_vector = [&](auto lanes_c) {
+      if (rows != kShortRowsPerGroup) throw no_instance();
+      launch(lanes_c, IntConst<1>{}, IntConst<kShortRowsPerGroup>{});
+    };
+    if (items == 1) {
+      switch (lanes) {
+        case 1: one_vector(IntConst<1>{}); break;
+        case 2: one_vector(IntConst<2>{}); break;
+        case 4: one_vector(IntConst<4>{}); break;
+        case 8: one_vector(IntConst<8>{}); break;
+        case 16: one_vector(IntConst<16>{}); break;
+        case 32: one_vector(IntConst<32>{}); break;
+        default: throw no_instance();
+      }
+    } else if (lanes == kShortRowMaxLanes && rows == 1) {
+      switch (items) {
+        case 2: launch(IntConst<32>{}, IntConst<2>{}, IntConst<1>{}); break;
+        case 4: launch(IntConst<32>{}, IntConst<4>{}, IntConst<1>{}); break;
+        case 8: launch(IntConst<32>{}, IntConst<8>{}, IntConst<1>{}); break;
+        default: throw no_instance();
+      }
+    } else {
+      throw no_instance();
     }
     check_launch("forward_short_rows_kernel");
     return;

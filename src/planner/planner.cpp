@@ -110,18 +110,24 @@ bool forward_packed_rows(RowShape& s, const Problem& p, const DeviceFacts& devic
 }
 
 /// The forward's short-row walk (RowShape::short_rows) where PlannerTable::forward_short_rows_min_bytes
-/// takes it: vectorised rows of at most short_row_max_vectors and kShortRowMaxLanes 16-byte vectors,
-/// one vector a lane (the next power of two of them a row), kShortRowsPerGroup rows a group, a grid
-/// over every row. False leaves `s` alone.
+/// and forward_short_rows_max_vectors take it, or for LayerNorm ln_forward_warp_rows_min_bytes:
+/// vectorised rows, the next power of two of their vectors in lanes up to a warp (kShortRowMaxLanes),
+/// then more vectors a lane (1, 2, 4, 8), kShortRowsPerGroup rows a group at one vector a lane (one
+/// row at more), a grid over every row. False leaves `s` alone.
 bool forward_short_rows(RowShape& s, const Problem& p, const PlannerTable& t) {
-  if (!short_vector_rows(p, t) || row_vectors(p) > kShortRowMaxLanes) return false;
-  if (p.rows * p.cols * std::int64_t(dtype_size(p.dtype)) < t.forward_short_rows_min_bytes) return false;
+  const std::int64_t vectors = row_vectors(p);
+  if (vector_width(p) == 1 || vectors > kShortRowMaxVectors) return false;
+  const std::int64_t bytes = p.rows * p.cols * std::int64_t(dtype_size(p.dtype));
+  const bool short_rows = vectors <= t.forward_short_rows_max_vectors && bytes >= t.forward_short_rows_min_bytes;
+  const bool ln_warp_rows = !is_rms(p.op) && bytes >= t.ln_forward_warp_rows_min_bytes;
+  if (!short_rows && !ln_warp_rows) return false;
   RowShape out;
   out.vec = vector_width(p);
-  out.items = 1;
-  out.threads_per_row = int(next_pow2(row_vectors(p)));
+  out.threads_per_row = int(std::min<std::int64_t>(next_pow2(vectors), kShortRowMaxLanes));
+  out.items = round_items(ceil_div(vectors, out.threads_per_row));
   out.rows_per_block = kShortRowBlockThreads / out.threads_per_row;
-  out.blocks = ceil_div(p.rows, std::int64_t(out.rows_per_block) * kShortRowsPerGroup);
+  out.group_rows = out.items == 1 ? kShortRowsPerGroup : 1;
+  out.blocks = ceil_div(p.rows, std::int64_t(out.rows_per_block) * out.group_rows);
   if (out.blocks > kMaxGridBlocks) return false;  // the walk has no grid stride: its grid covers every row
   out.short_rows = true;
   s = out;
@@ -751,6 +757,11 @@ const TableKey kTableKeys[] = {
     key<&Table::rms_forward_one_item_min_vectors>("rms_forward_one_item_min_vectors"),
     key<&Table::rms_forward_packed_min_bytes>("rms_forward_packed_min_bytes"),
     key<&Table::forward_short_rows_min_bytes>("forward_short_rows_min_bytes"),
+    key<&Table::forward_short_rows_max_vectors>("forward_short_rows_max_vectors", [](long long v) {
+      return v > kShortRowMaxVectors ? "must be at most " + std::to_string(kShortRowMaxVectors) + " (kShortRowMaxVectors)"
+                                     : std::string();
+    }),
+    key<&Table::ln_forward_warp_rows_min_bytes>("ln_forward_warp_rows_min_bytes"),
     key_items<&Table::forward_packed_items_target, kMaxRowItems>("forward_packed_items_target"),
     key<&Table::forward_packed_block_threads>("forward_packed_block_threads", [](long long v) {
       return block_threads_check(v).empty() && v > kPackedRowMaxThreads

@@ -911,7 +911,8 @@ TEST(Planner, ShortForwardRowsTakeTheShortRowWalk) {
       EXPECT_EQ(plan.row.stages, 0) << where;
       EXPECT_EQ(plan.row.split, 1) << where;
       // a grid over every row, no more blocks than that
-      const std::int64_t rows_per_block = std::int64_t(plan.row.rows_per_block) * kShortRowsPerGroup;
+      EXPECT_EQ(plan.row.group_rows, kShortRowsPerGroup) << where;
+      const std::int64_t rows_per_block = std::int64_t(plan.row.rows_per_block) * plan.row.group_rows;
       EXPECT_GE(plan.row.blocks * rows_per_block, m) << where;
       EXPECT_LT((plan.row.blocks - 1) * rows_per_block, m) << where;
       EXPECT_NE(plan.describe().find(" short"), std::string::npos) << plan.describe();
@@ -926,9 +927,11 @@ TEST(Planner, ShortForwardRowsTakeTheShortRowWalk) {
   EXPECT_FALSE(forward(1023, 64, DType::BF16, true).row.short_rows);
   EXPECT_TRUE(forward(1024, 32, DType::F32).row.short_rows);
   EXPECT_FALSE(forward(1023, 32, DType::F32).row.short_rows);
-  // longer rows, unaligned rows and the backward keep their walks
-  EXPECT_FALSE(forward(131072, 128, DType::BF16).row.short_rows);  // 16 vectors
-  EXPECT_FALSE(forward(131072, 64, DType::F32).row.short_rows);    // 16 vectors
+  // longer rows than forward_short_rows_max_vectors, unaligned rows and the backward keep their walks
+  const std::int64_t longer = defaults.forward_short_rows_max_vectors + 1;
+  EXPECT_TRUE(forward(131072, (longer - 1) * 8, DType::BF16).row.short_rows);
+  EXPECT_FALSE(forward(131072, longer * 8, DType::BF16).row.short_rows);
+  EXPECT_FALSE(forward(131072, longer * 4, DType::F32).row.short_rows);
   Problem unaligned = backward(131072, 64, DType::BF16);
   unaligned.op = Op::LayerNormForward;
   unaligned.rows_vector_aligned = false;
@@ -940,6 +943,7 @@ TEST(Planner, ShortForwardRowsTakeTheShortRowWalk) {
   PlannerTable always, never;
   always.forward_short_rows_min_bytes = 0;
   never.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
+  never.ln_forward_warp_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
   EXPECT_TRUE(forward(1, 64, DType::BF16, false, always).row.short_rows);
   EXPECT_EQ(forward(1, 64, DType::BF16, false, always).row.blocks, 1);
   EXPECT_FALSE(forward(1 << 20, 64, DType::BF16, false, never).row.short_rows);
@@ -947,6 +951,75 @@ TEST(Planner, ShortForwardRowsTakeTheShortRowWalk) {
   { std::ofstream(path) << "forward_short_rows_min_bytes = 0\n"; }
   EXPECT_EQ(load_planner_table(path).forward_short_rows_min_bytes, 0);
   std::remove(path.c_str());
+}
+
+// Rows longer than a warp's worth of vectors (forward_short_rows_max_vectors up to kShortRowMaxVectors):
+// a warp a row, then 2, 4, 8 vectors a lane (the next power of two of vectors / 32), one row a group
+// from two vectors a lane on (RowShape::group_rows); the key is bounded by the kernel's instances.
+TEST(Planner, ShortForwardRowsTakeAWarpThenMoreVectorsALane) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  PlannerTable widest;
+  widest.forward_short_rows_max_vectors = kShortRowMaxVectors;
+  auto forward = [&](std::int64_t m, std::int64_t n, DType t, bool rms, const PlannerTable& table) {
+    Problem p = backward(m, n, t);
+    p.op = rms ? Op::RmsNormForward : Op::LayerNormForward;
+    return normkit::plan(p, h200, Strategy::Auto, table);
+  };
+  const struct { std::int64_t n; DType t; int lanes, items; } cases[] = {
+      {72, DType::BF16, 16, 1},   {128, DType::F16, 16, 1},  {136, DType::BF16, 32, 1}, {256, DType::BF16, 32, 1},
+      {264, DType::F16, 32, 2},   {512, DType::BF16, 32, 2}, {768, DType::F16, 32, 4},  {1000, DType::BF16, 32, 4},
+      {1024, DType::BF16, 32, 4}, {1032, DType::F16, 32, 8}, {2048, DType::BF16, 32, 8}, {64, DType::F32, 16, 1},
+      {512, DType::F32, 32, 4},   {1000, DType::F32, 32, 8}, {1024, DType::F32, 32, 8}};
+  for (const auto& c : cases) {
+    for (bool rms : {false, true}) {
+      const std::int64_t m = (std::int64_t(64) << 20) / (c.n * std::int64_t(dtype_size(c.t)));  // 64 MiB of x
+      const Plan plan = forward(m, c.n, c.t, rms, widest);
+      const std::string where = std::string(rms ? "rms " : "ln ") + dtype_name(c.t) + " N = " + std::to_string(c.n);
+      ASSERT_TRUE(plan.row.short_rows) << where << ": " << plan.describe();
+      EXPECT_FALSE(plan.row.packed) << where;
+      EXPECT_EQ(plan.row.threads_per_row, c.lanes) << where;
+      EXPECT_EQ(plan.row.items, c.items) << where;
+      EXPECT_EQ(plan.row.block_threads(), kShortRowBlockThreads) << where;
+      EXPECT_EQ(plan.row.stages, 0) << where;
+      EXPECT_EQ(plan.row.group_rows, c.items == 1 ? kShortRowsPerGroup : 1) << where;
+      const std::int64_t rows_per_block = std::int64_t(plan.row.rows_per_block) * plan.row.group_rows;
+      EXPECT_GE(plan.row.blocks * rows_per_block, m) << where;
+      EXPECT_LT((plan.row.blocks - 1) * rows_per_block, m) << where;
+    }
+  }
+  // one vector past kShortRowMaxVectors: the general walk, whatever the table says
+  EXPECT_TRUE(forward(4096, kShortRowMaxVectors * 8, DType::BF16, false, widest).row.short_rows);
+  EXPECT_FALSE(forward(4096, (kShortRowMaxVectors + 1) * 8, DType::BF16, false, widest).row.short_rows);
+  const std::string path = ::testing::TempDir() + "normkit_short_rows_vectors.txt";
+  { std::ofstream(path) << "forward_short_rows_max_vectors = " << kShortRowMaxVectors + 1 << "\n"; }
+  try {
+    load_planner_table(path);
+    ADD_FAILURE() << "forward_short_rows_max_vectors past kShortRowMaxVectors must be rejected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("forward_short_rows_max_vectors"), std::string::npos) << e.what();
+  }
+  { std::ofstream(path) << "forward_short_rows_max_vectors = " << kShortRowMaxVectors << "\n"; }
+  EXPECT_EQ(load_planner_table(path).forward_short_rows_max_vectors, kShortRowMaxVectors);
+  std::remove(path.c_str());
+
+  // The built-in table: LayerNorm rows up to kShortRowMaxVectors from ln_forward_warp_rows_min_bytes
+  // of x (64 MiB); RMSNorm keeps its packed walk there, and smaller LayerNorm forwards the staged one.
+  const PlannerTable defaults;
+  EXPECT_EQ(defaults.ln_forward_warp_rows_min_bytes, std::int64_t(64) << 20);
+  const Plan ln_1024 = forward(32768, 1024, DType::BF16, false, defaults);  // 64 MiB
+  EXPECT_TRUE(ln_1024.row.short_rows) << ln_1024.describe();
+  EXPECT_EQ(ln_1024.row.threads_per_row, 32);
+  EXPECT_EQ(ln_1024.row.items, 4);
+  EXPECT_TRUE(forward(65536, 1024, DType::F32, false, defaults).row.short_rows);   // 256 vectors
+  EXPECT_FALSE(forward(32767, 1024, DType::BF16, false, defaults).row.short_rows);  // just below 64 MiB
+  EXPECT_GT(forward(32767, 1024, DType::BF16, false, defaults).row.stages, 0);
+  EXPECT_FALSE(forward(16384, 4096, DType::BF16, false, defaults).row.short_rows);  // 512 vectors
+  EXPECT_FALSE(forward(65536, 1024, DType::BF16, true, defaults).row.short_rows);   // RMSNorm: packed
+  EXPECT_TRUE(forward(65536, 1024, DType::BF16, true, defaults).row.packed);
+  PlannerTable no_warp_rows;
+  no_warp_rows.ln_forward_warp_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
+  EXPECT_FALSE(forward(65536, 1024, DType::BF16, false, no_warp_rows).row.short_rows);
+  EXPECT_TRUE(forward(131072, 64, DType::BF16, false, no_warp_rows).row.short_rows);  // the short rule stays
 }
 
 // PlannerTable::row_stage_bytes_per_sm: fewer stages where the resident blocks copy more row bytes

@@ -843,12 +843,14 @@ const PlannerTable& forward_packed_table(bool packed) {
     PlannerTable t;
     t.rms_forward_packed_min_bytes = 0;
     t.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
+    t.ln_forward_warp_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
     return t;
   }();
   static const PlannerTable no_row = [] {
     PlannerTable t;
     t.rms_forward_packed_min_bytes = std::numeric_limits<std::int64_t>::max();
     t.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
+    t.ln_forward_warp_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
     return t;
   }();
   return packed ? every_row : no_row;
@@ -858,11 +860,13 @@ const PlannerTable& forward_short_rows_table(bool short_rows) {
   static const PlannerTable every_row = [] {
     PlannerTable t;
     t.forward_short_rows_min_bytes = 0;
+    t.forward_short_rows_max_vectors = kShortRowMaxVectors;
     return t;
   }();
   static const PlannerTable no_row = [] {
     PlannerTable t;
     t.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
+    t.ln_forward_warp_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
     return t;
   }();
   return short_rows ? every_row : no_row;

@@ -251,7 +251,7 @@ void check_forward(const HostCase& hc, const DeviceCase& dc, const RefForward& r
 /// no row takes the short-row walk.
 const PlannerTable& forward_packed_table(bool packed);
 /// A planner table under which the forward takes the short-row walk (RowShape::short_rows) on every
-/// row it can (true) or on none (false).
+/// row it can (true: any M, rows up to kShortRowMaxVectors vectors) or on none (false).
 const PlannerTable& forward_short_rows_table(bool short_rows);
 
 /// Builds `spec` fresh, then forward vs the reference and backward with every strategy (full mask

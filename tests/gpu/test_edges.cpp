@@ -270,10 +270,11 @@ INSTANTIATE_TEST_SUITE_P(
                     ln_spec("ln_M262147_N64_bf16", 262147, 64, DT::BF16)),
     spec_name);
 
-// ---- short rows: the forward's short-row walk (RowShape::short_rows), every lane width (1, 2, 4, 8
-// vectors a row), rows narrower than their lanes (3 and 5 vectors), one row, M not a multiple of a
-// block's rows, strided rows, no weight, fp32 weights. check_forward runs both walks of these rows
-// (the built-in table's and the other), so every case covers the short walk whatever its size ----
+// ---- short rows: the forward's short-row walk (RowShape::short_rows), every lane width (1 .. 32
+// lanes at a vector a lane, a warp at 2, 4, 8 vectors a lane), rows narrower than their lanes and
+// slots (3, 5, 25, 125, 255 vectors), one row, M not a multiple of a block's rows, strided rows, no
+// weight, fp32 weights. check_forward runs both walks of these rows (the built-in table's and the
+// other), so every case covers the short walk whatever its size ----
 
 class ShortRows : public testing::TestWithParam<Spec> {};
 
@@ -283,8 +284,9 @@ TEST_P(ShortRows, ForwardBothWalksAndBackwardMatchReference) {
   const Plan forward = plan(p, current_device_facts(), Strategy::Auto, forward_short_rows_table(true));
   ASSERT_TRUE(forward.row.short_rows) << forward.describe();
   const std::int64_t vectors = spec.N / std::int64_t(16 / dtype_size(spec.dtype));
-  EXPECT_GE(forward.row.threads_per_row, vectors) << forward.describe();
-  EXPECT_LT(forward.row.threads_per_row, 2 * vectors) << forward.describe();
+  const std::int64_t slots = std::int64_t(forward.row.threads_per_row) * forward.row.items;
+  EXPECT_GE(slots, vectors) << forward.describe();
+  EXPECT_LT(slots, 2 * vectors) << forward.describe();
   check_forward_and_backward(spec);
 }
 
@@ -304,7 +306,21 @@ INSTANTIATE_TEST_SUITE_P(
                     no_weight(ln_spec("ln_noweight_bias_M513_N48_bf16", 513, 48, DT::BF16), true),
                     no_weight(ln_spec("ln_noweight_nobias_M70000_N64_f16", 70000, 64, DT::F16), false),
                     with_weight_dtype(rms_spec("rms_M2000_N64_bf16_w32", 2000, 64, DT::BF16), DT::F32),
-                    with_weight_dtype(ln_spec("ln_M3333_N56_f16_w32", 3333, 56, DT::F16), DT::F32)),
+                    with_weight_dtype(ln_spec("ln_M3333_N56_f16_w32", 3333, 56, DT::F16), DT::F32),
+                    // a warp a row and more: 16 lanes, 32 lanes at 1 (25 of 32 vectors), 2, 4 (125 of
+                    // 128) and 8 vectors a lane (255 of 256 fp32)
+                    ln_spec("ln_M3001_N128_bf16", 3001, 128, DT::BF16),
+                    rms_spec("rms_M2001_N200_bf16", 2001, 200, DT::BF16),
+                    ln_spec("ln_M1537_N512_f16", 1537, 512, DT::F16),
+                    ln_spec("ln_M4097_N1000_bf16", 4097, 1000, DT::BF16),
+                    rms_spec("rms_M1025_N768_f16", 1025, 768, DT::F16),
+                    ln_spec("ln_M999_N2048_bf16", 999, 2048, DT::BF16),
+                    rms_spec("rms_M701_N1020_f32", 701, 1020, DT::F32),
+                    ln_spec("ln_M1_N1024_f32", 1, 1024, DT::F32),
+                    strided(ln_spec("ln_M1200_N1024_bf16_pad8_16_24", 1200, 1024, DT::BF16), 8, 16, 24),
+                    no_weight(rms_spec("rms_noweight_M3000_N512_bf16", 3000, 512, DT::BF16), false),
+                    no_weight(ln_spec("ln_noweight_bias_M800_N1536_f16", 800, 1536, DT::F16), true),
+                    with_weight_dtype(ln_spec("ln_M2222_N776_bf16_w32", 2222, 776, DT::BF16), DT::F32)),
     spec_name);
 
 }  // namespace
