@@ -333,11 +333,14 @@ ColumnShape two_pass_shape(const Problem& p, const DeviceFacts& device, const Pl
   ColumnShape c = column_strips(p, t, true);
   c.block_y = 16;
   c.rows_per_thread = c.vec > 1 ? 2 : 4;
-  // Enough row slices that column strips x slices fill the GPU, but never slices thinner than
-  // two_pass_min_rows_per_part (the partial traffic would outgrow the input).
+  // Enough row slices that column strips x slices fill the GPU, but never more than one per
+  // two_pass_min_rows_per_part rows of M, rounded up (more would make the partial traffic outgrow
+  // the input). Rounded down, M a few rows past a multiple of that minimum gave every slice a few
+  // rows more than it, and a block a second load round trip for them (M = 4097, N = 64: 64 slices of
+  // 65 rows against block iterations of 16 x 4 = 64 rows; docs/NOTES.md entry 42).
   const std::int64_t target_blocks = std::int64_t(device.sm_count) * t.two_pass_target_blocks_per_sm;
   const std::int64_t wanted_parts = std::max<std::int64_t>(1, ceil_div(target_blocks, c.col_blocks));
-  const std::int64_t max_parts = std::max<std::int64_t>(1, p.rows / t.two_pass_min_rows_per_part);
+  const std::int64_t max_parts = std::max<std::int64_t>(1, ceil_div(p.rows, t.two_pass_min_rows_per_part));
   const std::int64_t parts = std::min(wanted_parts, max_parts);
   c.rows_per_part = std::max<std::int64_t>(1, ceil_div(std::max<std::int64_t>(p.rows, 1), parts));
   c.row_parts = ceil_div(std::max<std::int64_t>(p.rows, 1), c.rows_per_part);

@@ -398,6 +398,40 @@ TEST(Planner, TwoPassWorkspaceIsSizedFromNNotTheWeightShape) {
   EXPECT_LT((both.columns.row_parts - 1) * both.columns.rows_per_part, 100000);
 }
 
+// Two-pass slices: at most one per two_pass_min_rows_per_part rows, that count rounded up, so that M a
+// few rows past a multiple of the minimum keeps slices of one block iteration (16 thread rows x 4
+// rows of scalar strips = 64) instead of slices one row longer (docs/NOTES.md entry 42).
+TEST(Planner, TwoPassSlicesRoundTheirCountUp) {
+  const PlannerTable t;
+  ASSERT_EQ(t.two_pass_min_rows_per_part, 64);
+  auto slices = [&](std::int64_t m, std::int64_t n) {
+    return normkit::plan(backward(m, n, DType::BF16), DeviceFacts::h200(), Strategy::TwoPass).columns;
+  };
+  const ColumnShape even = slices(4096, 64), odd = slices(4097, 64), past = slices(4100, 64), short_of = slices(4095, 64);
+  EXPECT_EQ(even.row_parts, 64);
+  EXPECT_EQ(even.rows_per_part, 64);
+  EXPECT_EQ(odd.row_parts, 65);  // 64 slices of 64 rows and one of 1 (rounded down: 64 of 65)
+  EXPECT_EQ(odd.rows_per_part, 64);
+  EXPECT_EQ(past.row_parts, 65);
+  EXPECT_EQ(past.rows_per_part, 64);
+  EXPECT_EQ(short_of.row_parts, 64);
+  EXPECT_EQ(short_of.rows_per_part, 64);
+  EXPECT_LE(even.rows_per_part, std::int64_t(even.block_y) * even.rows_per_thread);
+  for (std::int64_t m : {std::int64_t(129), std::int64_t(2049), std::int64_t(4097), std::int64_t(8193), std::int64_t(100003)}) {
+    for (std::int64_t n : {std::int64_t(64), std::int64_t(1024)}) {
+      const ColumnShape c = slices(m, n);
+      EXPECT_GE(c.row_parts * c.rows_per_part, m) << m << " x " << n;
+      EXPECT_LT((c.row_parts - 1) * c.rows_per_part, m) << m << " x " << n;
+      EXPECT_LE(c.row_parts, (m + t.two_pass_min_rows_per_part - 1) / t.two_pass_min_rows_per_part) << m << " x " << n;
+      // N = 64 up to 264 x 64 rows: two scalar strips want 264 slices, more than M / 64, so slices of
+      // one block iteration
+      if (n == 64 && m <= 264 * 64) EXPECT_LE(c.rows_per_part, std::int64_t(c.block_y) * c.rows_per_thread) << m << " x " << n;
+    }
+  }
+  // large M is unchanged: the slices come from the grid there (33 for 131072 x 4096)
+  EXPECT_EQ(slices(131072, 4096).row_parts, 33);
+}
+
 TEST(Planner, PartialReduceCoversThePartialsInOneBatchOfLoads) {
   // Thread rows of the partial reduce: ceil(partial rows / kReduceRowsPerThread), 1..32, for the
   // fused grid's partials and for two-pass's row slices alike.
