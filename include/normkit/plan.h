@@ -88,10 +88,9 @@ struct RowShape {
   bool packed = false;
   /// The forward's short-row walk (forward_short_rows_kernel; PlannerTable::forward_short_rows_min_bytes,
   /// ln_forward_warp_rows_min_bytes): `items` 16-byte vectors a lane, threads_per_row lanes a row (a
-  /// compile-time width of at most a warp), each group `group_rows` rows at once, blocks of
-  /// kShortRowBlockThreads threads, a grid over every row; never staged or split.
+  /// compile-time width of at most a warp), each group short_rows_per_group(items) rows at once,
+  /// blocks of kShortRowBlockThreads threads, a grid over every row; never staged or split.
   bool short_rows = false;
-  int group_rows = 1;  ///< short-row walk: rows a group holds at once (kShortRowsPerGroup at one vector a lane)
   int block_threads() const { return threads_per_row * rows_per_block; }
 };
 
@@ -475,6 +474,7 @@ constexpr int kPackedRowMinBlocks = 3;
 /// measured slower on most short rows (docs/NOTES.md entry 41).
 constexpr int kShortRowBlockThreads = 256;
 constexpr int kShortRowsPerGroup = 2;
+constexpr int short_rows_per_group(int items) { return items == 1 ? kShortRowsPerGroup : 1; }
 constexpr int kShortRowMaxLanes = 32;
 constexpr int kShortRowMaxItems = 8;
 /// The longest row the short-row walk serves, in 16-byte vectors (PlannerTable::forward_short_rows_max_vectors).

@@ -285,21 +285,21 @@ __global__ void __launch_bounds__(kPackedRowMaxThreads, kPackedRowMinBlocks) rms
 /// Short rows (RowShape::short_rows: at most kShortRowMaxVectors 16-byte vectors): LANES lanes a row,
 /// a compile-time width of at most a warp, ITEMS vectors a lane (the general layout's slots: slot k of
 /// lane l holds vector k * LANES + l, so a group's loads of one slot are contiguous); each group takes
-/// ROWS rows at once (RowShape::group_rows), groups of a warp on consecutive rows (a warp's loads of
+/// short_rows_per_group(ITEMS) rows at once, groups of a warp on consecutive rows (a warp's loads of
 /// one slot of narrow rows cover 32 / LANES whole rows: coalesced). No stages and no loop: a grid over
-/// every row, with short_row_min_blocks(ITEMS * ROWS) blocks resident per SM, hides the latency with warps,
+/// every row, with short_row_min_blocks(vectors a lane) blocks resident per SM, hides the latency with warps,
 /// as torch.compile's forward does. What the general walk pays per row and this one does not
 /// (docs/NOTES.md entries 39, 41): row sums compiled for every group width and, for groups wider than
 /// a warp, a block barrier (the width is a run-time value there), stage addresses, and a cp.async wait
 /// on a run-time depth. The statistics are the general walk's: the mean, then the squared deviations
 /// from it (two butterflies of log2(LANES) steps), slots past N taking no part in the second sum.
-template <typename T, typename W, bool kRms, int LANES, int ITEMS, int ROWS, int VEC>
-__global__ void __launch_bounds__(kShortRowBlockThreads, short_row_min_blocks(ITEMS * ROWS)) forward_short_rows_kernel(const ForwardParams<T, W> p) {
+template <typename T, typename W, bool kRms, int LANES, int ITEMS, int VEC>
+__global__ void __launch_bounds__(kShortRowBlockThreads, short_row_min_blocks(ITEMS * short_rows_per_group(ITEMS)))
+    forward_short_rows_kernel(const ForwardParams<T, W> p) {
   static_assert((LANES & (LANES - 1)) == 0 && LANES <= kWarpSize, "a row's lanes are a power of two within a warp");
   static_assert(ITEMS == 1 || LANES == kShortRowMaxLanes, "rows take more vectors a lane only at a warp a row");
-  static_assert(ROWS == 1 || ITEMS == 1, "groups hold several rows only at one vector a lane");
   constexpr int kGroups = kShortRowBlockThreads / LANES;
-  constexpr int kRows = ROWS;
+  constexpr int kRows = short_rows_per_group(ITEMS);
   const RowGroup g{LANES, int(threadIdx.x) % LANES, int(threadIdx.x) / LANES};  // compile-time width
   const std::int64_t first = std::int64_t(blockIdx.x) * (kGroups * kRows) + g.index;
   // The loads first: every slot of every row is in flight before any arithmetic.
@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(kShortRowBlockThreads, short_row_min_blocks(IT
   // 16-bit lanes of 4 and more vectors (a row's slots times the group's rows) convert again for each
   // sum (forget_conversions): converted rows kept across the butterflies made ptxas spill 16-72 bytes
   // a thread.
-  constexpr bool kConvertEachSum = sizeof(T) == 2 && ITEMS * ROWS >= 4;
+  constexpr bool kConvertEachSum = sizeof(T) == 2 && ITEMS * kRows >= 4;
   const auto lane_sum_of = [&](RowFragment<T, ITEMS, VEC>& row, auto term, int valid) {
     if constexpr (kConvertEachSum) row.forget_conversions();
     float x[ITEMS][VEC];
@@ -554,35 +554,29 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
     if (plan.row.vec != kVec || plan.row.stages != 0 || plan.row.split != 1 ||
         plan.row.block_threads() != kShortRowBlockThreads)
       throw no_instance();
-    const auto launch = [&](auto lanes, auto items, auto rows) {
-      void (*kernel)(ForwardParams<T, W>) =
-          p.rms ? forward_short_rows_kernel<T, W, true, lanes(), items(), rows(), kVec>
-                : forward_short_rows_kernel<T, W, false, lanes(), items(), rows(), kVec>;
+    const auto launch = [&](auto lanes, auto items) {
+      void (*kernel)(ForwardParams<T, W>) = p.rms ? forward_short_rows_kernel<T, W, true, lanes(), items(), kVec>
+                                                 : forward_short_rows_kernel<T, W, false, lanes(), items(), kVec>;
       kernel<<<grid, block, 0, stream>>>(params);
     };
-    static_assert(kShortRowMaxLanes == 32 && kShortRowMaxItems == 8 && kShortRowsPerGroup == 2,
-                  "instances for 1 .. 32 lanes a row at one vector a lane and two rows a group, and 2, 4, 8 "
-                  "vectors a lane at 32 lanes and one row");
-    const int lanes = plan.row.threads_per_row, items = plan.row.items, rows = plan.row.group_rows;
-    const auto one_vector = [&](auto lanes_c) {
-      if (rows != kShortRowsPerGroup) throw no_instance();
-      launch(lanes_c, IntConst<1>{}, IntConst<kShortRowsPerGroup>{});
-    };
+    static_assert(kShortRowMaxLanes == 32 && kShortRowMaxItems == 8,
+                  "instances for 1 .. 32 lanes a row at one vector a lane, and 2, 4, 8 vectors a lane at 32 lanes");
+    const int lanes = plan.row.threads_per_row, items = plan.row.items;
     if (items == 1) {
       switch (lanes) {
-        case 1: one_vector(IntConst<1>{}); break;
-        case 2: one_vector(IntConst<2>{}); break;
-        case 4: one_vector(IntConst<4>{}); break;
-        case 8: one_vector(IntConst<8>{}); break;
-        case 16: one_vector(IntConst<16>{}); break;
-        case 32: one_vector(IntConst<32>{}); break;
+        case 1: launch(IntConst<1>{}, IntConst<1>{}); break;
+        case 2: launch(IntConst<2>{}, IntConst<1>{}); break;
+        case 4: launch(IntConst<4>{}, IntConst<1>{}); break;
+        case 8: launch(IntConst<8>{}, IntConst<1>{}); break;
+        case 16: launch(IntConst<16>{}, IntConst<1>{}); break;
+        case 32: launch(IntConst<32>{}, IntConst<1>{}); break;
         default: throw no_instance();
       }
-    } else if (lanes == kShortRowMaxLanes && rows == 1) {
+    } else if (lanes == kShortRowMaxLanes) {
       switch (items) {
-        case 2: launch(IntConst<32>{}, IntConst<2>{}, IntConst<1>{}); break;
-        case 4: launch(IntConst<32>{}, IntConst<4>{}, IntConst<1>{}); break;
-        case 8: launch(IntConst<32>{}, IntConst<8>{}, IntConst<1>{}); break;
+        case 2: launch(IntConst<32>{}, IntConst<2>{}); break;
+        case 4: launch(IntConst<32>{}, IntConst<4>{}); break;
+        case 8: launch(IntConst<32>{}, IntConst<8>{}); break;
         default: throw no_instance();
       }
     } else {

@@ -112,8 +112,8 @@ bool forward_packed_rows(RowShape& s, const Problem& p, const DeviceFacts& devic
 /// The forward's short-row walk (RowShape::short_rows) where PlannerTable::forward_short_rows_min_bytes
 /// and forward_short_rows_max_vectors take it, or for LayerNorm ln_forward_warp_rows_min_bytes:
 /// vectorised rows, the next power of two of their vectors in lanes up to a warp (kShortRowMaxLanes),
-/// then more vectors a lane (1, 2, 4, 8), kShortRowsPerGroup rows a group at one vector a lane (one
-/// row at more), a grid over every row. False leaves `s` alone.
+/// then more vectors a lane (1, 2, 4, 8), short_rows_per_group(items) rows a group, a grid over every
+/// row. False leaves `s` alone.
 bool forward_short_rows(RowShape& s, const Problem& p, const PlannerTable& t) {
   const std::int64_t vectors = row_vectors(p);
   if (vector_width(p) == 1 || vectors > kShortRowMaxVectors) return false;
@@ -126,8 +126,7 @@ bool forward_short_rows(RowShape& s, const Problem& p, const PlannerTable& t) {
   out.threads_per_row = int(std::min<std::int64_t>(next_pow2(vectors), kShortRowMaxLanes));
   out.items = round_items(ceil_div(vectors, out.threads_per_row));
   out.rows_per_block = kShortRowBlockThreads / out.threads_per_row;
-  out.group_rows = out.items == 1 ? kShortRowsPerGroup : 1;
-  out.blocks = ceil_div(p.rows, std::int64_t(out.rows_per_block) * out.group_rows);
+  out.blocks = ceil_div(p.rows, std::int64_t(out.rows_per_block) * short_rows_per_group(out.items));
   if (out.blocks > kMaxGridBlocks) return false;  // the walk has no grid stride: its grid covers every row
   out.short_rows = true;
   s = out;

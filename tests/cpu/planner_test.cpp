@@ -945,8 +945,7 @@ TEST(Planner, ShortForwardRowsTakeTheShortRowWalk) {
       EXPECT_EQ(plan.row.stages, 0) << where;
       EXPECT_EQ(plan.row.split, 1) << where;
       // a grid over every row, no more blocks than that
-      EXPECT_EQ(plan.row.group_rows, kShortRowsPerGroup) << where;
-      const std::int64_t rows_per_block = std::int64_t(plan.row.rows_per_block) * plan.row.group_rows;
+      const std::int64_t rows_per_block = std::int64_t(plan.row.rows_per_block) * kShortRowsPerGroup;
       EXPECT_GE(plan.row.blocks * rows_per_block, m) << where;
       EXPECT_LT((plan.row.blocks - 1) * rows_per_block, m) << where;
       EXPECT_NE(plan.describe().find(" short"), std::string::npos) << plan.describe();
@@ -989,7 +988,7 @@ TEST(Planner, ShortForwardRowsTakeTheShortRowWalk) {
 
 // Rows longer than a warp's worth of vectors (forward_short_rows_max_vectors up to kShortRowMaxVectors):
 // a warp a row, then 2, 4, 8 vectors a lane (the next power of two of vectors / 32), one row a group
-// from two vectors a lane on (RowShape::group_rows); the key is bounded by the kernel's instances.
+// from two vectors a lane on (short_rows_per_group); the key is bounded by the kernel's instances.
 TEST(Planner, ShortForwardRowsTakeAWarpThenMoreVectorsALane) {
   const DeviceFacts h200 = DeviceFacts::h200();
   PlannerTable widest;
@@ -1015,12 +1014,13 @@ TEST(Planner, ShortForwardRowsTakeAWarpThenMoreVectorsALane) {
       EXPECT_EQ(plan.row.items, c.items) << where;
       EXPECT_EQ(plan.row.block_threads(), kShortRowBlockThreads) << where;
       EXPECT_EQ(plan.row.stages, 0) << where;
-      EXPECT_EQ(plan.row.group_rows, c.items == 1 ? kShortRowsPerGroup : 1) << where;
-      const std::int64_t rows_per_block = std::int64_t(plan.row.rows_per_block) * plan.row.group_rows;
+      const std::int64_t rows_per_block = std::int64_t(plan.row.rows_per_block) * short_rows_per_group(c.items);
       EXPECT_GE(plan.row.blocks * rows_per_block, m) << where;
       EXPECT_LT((plan.row.blocks - 1) * rows_per_block, m) << where;
     }
   }
+  EXPECT_EQ(short_rows_per_group(1), kShortRowsPerGroup);
+  EXPECT_EQ(short_rows_per_group(2), 1);
   // one vector past kShortRowMaxVectors: the general walk, whatever the table says
   EXPECT_TRUE(forward(4096, kShortRowMaxVectors * 8, DType::BF16, false, widest).row.short_rows);
   EXPECT_FALSE(forward(4096, (kShortRowMaxVectors + 1) * 8, DType::BF16, false, widest).row.short_rows);
