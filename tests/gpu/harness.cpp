@@ -837,21 +837,26 @@ void expect_same_bits(const ForwardOut& a, const ForwardOut& b, const std::strin
   EXPECT_TRUE(a.mean.bytes == b.mean.bytes) << what << ": forward mean differs between identical calls";
 }
 
+namespace {
+/// `t` with the forward's short-row walk off: neither its short rows nor LayerNorm's warp rows.
+PlannerTable without_short_row_walk(PlannerTable t) {
+  t.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
+  t.ln_forward_warp_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
+  return t;
+}
+}  // namespace
+
 const PlannerTable& forward_packed_table(bool packed) {
   // (short rows take the short-row walk before the packed one: off in both, check_forward runs it)
   static const PlannerTable every_row = [] {
     PlannerTable t;
     t.rms_forward_packed_min_bytes = 0;
-    t.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
-    t.ln_forward_warp_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
-    return t;
+    return without_short_row_walk(t);
   }();
   static const PlannerTable no_row = [] {
     PlannerTable t;
     t.rms_forward_packed_min_bytes = std::numeric_limits<std::int64_t>::max();
-    t.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
-    t.ln_forward_warp_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
-    return t;
+    return without_short_row_walk(t);
   }();
   return packed ? every_row : no_row;
 }
@@ -863,12 +868,7 @@ const PlannerTable& forward_short_rows_table(bool short_rows) {
     t.forward_short_rows_max_vectors = kShortRowMaxVectors;
     return t;
   }();
-  static const PlannerTable no_row = [] {
-    PlannerTable t;
-    t.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
-    t.ln_forward_warp_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
-    return t;
-  }();
+  static const PlannerTable no_row = without_short_row_walk(PlannerTable{});
   return short_rows ? every_row : no_row;
 }
 
