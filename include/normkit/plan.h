@@ -358,8 +358,8 @@ struct PlannerTable {
   std::int64_t forward_short_rows_min_bytes = std::int64_t(128) << 10;
   /// ... and rows of at most this many 16-byte vectors (at most kShortRowMaxVectors).
   std::int64_t forward_short_rows_max_vectors = 8;
-  /// LayerNorm forward rows of up to kShortRowMaxVectors vectors (a warp a row, up to 8 vectors a lane)
-  /// take the short-row walk from this many bytes of x. Why: LayerNorm's two row sums in a lean walk
+  /// LayerNorm forward rows of up to 256 vectors (a warp a row, up to 8 vectors a lane; longer ones:
+  /// ln_forward_long_warp_rows_min_bytes) take the short-row walk from this many bytes of x. Why: LayerNorm's two row sums in a lean walk
   /// are warp butterflies there, where the packed walk's block barriers lost to the staged walk
   /// (entry 31); at this size its resident warps beat the staged walk's 16 an SM. H200, graph, short /
   /// staged (docs/NOTES.md entry 41): bf16 / fp16 / fp32 131072 x 1024 0.92 / 0.90 / 0.92, 65536 x 1024
@@ -368,6 +368,13 @@ struct PlannerTable {
   /// vectors a lane) 1.03-1.05 the one loss; below it (8 - 32 MiB) mixed, 0.95 - 1.13 (fp32 slower),
   /// and the small shapes 1.06 - 1.6 slower. RMSNorm has the packed walk there (the short one tied it).
   std::int64_t ln_forward_warp_rows_min_bytes = std::int64_t(64) << 20;
+  /// LayerNorm rows of 16 vectors a lane (257 - kShortRowMaxVectors vectors: 2056 - 4096 16-bit, 1028 -
+  /// 2048 fp32 columns) take the short-row walk only from this many bytes of x. Why: H200, graph, short
+  /// / staged (docs/NOTES.md entry 45): from 512 MiB bf16 / fp16 131072 x 2560 0.90 / 0.86, fp32 65536 x
+  /// 2048 0.93, 65536 x 4096 0.99 / 1.00, 131072 x 4096 0.99 / 1.01; below it 16-bit rows lost (65536 x
+  /// 3072 1.02-1.07, 32768 x 4096 1.02-1.04, 16384 x 4096 1.10, 8192 x 4096 1.22-1.28), fp32 32768 x 2048
+  /// won (0.945), 16384 x 2048 tied.
+  std::int64_t ln_forward_long_warp_rows_min_bytes = std::int64_t(512) << 20;
   int forward_packed_items_target = 2;
   int forward_packed_block_threads = 256;
   /// Row iterations staged through shared memory by cp.async in the row-cached kernels (forward,
@@ -469,21 +476,24 @@ constexpr int kPackedRowMinBlocks = 3;
 /// which its __launch_bounds__ keep short_row_min_blocks(items x rows) resident per SM; a row takes the
 /// next power of two of its 16-byte vectors in lanes, at most kShortRowMaxLanes (a warp: its sums are
 /// warp butterflies, never a block barrier), and longer rows take more vectors a lane, up to
-/// kShortRowMaxItems (items 1, 2, 4, 8); each group of one vector a lane holds kShortRowsPerGroup rows
+/// kShortRowMaxItems (items 1, 2, 4, 8, 16); each group of one vector a lane holds kShortRowsPerGroup rows
 /// at once (two 16-byte loads in flight a lane), of more vectors one row. Groups of 1 or 4 rows
 /// measured slower on most short rows (docs/NOTES.md entry 41).
 constexpr int kShortRowBlockThreads = 256;
 constexpr int kShortRowsPerGroup = 2;
 constexpr int short_rows_per_group(int items) { return items == 1 ? kShortRowsPerGroup : 1; }
 constexpr int kShortRowMaxLanes = 32;
-constexpr int kShortRowMaxItems = 8;
+constexpr int kShortRowMaxItems = 16;
 /// The longest row the short-row walk serves, in 16-byte vectors (PlannerTable::forward_short_rows_max_vectors).
 constexpr int kShortRowMaxVectors = kShortRowMaxLanes * kShortRowMaxItems;
 /// Blocks of the short-row walk its __launch_bounds__ keep resident per SM, by the 16-byte vectors a
 /// lane holds (items x rows a group): 5 (48 registers a thread, 40 warps an SM) for one or two; with
-/// 6 (40 registers) the one-vector 16-bit instances spilled 12-36 bytes. Four and eight vectors hold
-/// 16-32 more registers of row (at 48 registers four rows of a vector spilled 84 bytes).
-constexpr int short_row_min_blocks(int vectors) { return vectors <= 2 ? 5 : vectors <= 4 ? 4 : 3; }
+/// 6 (40 registers) the one-vector 16-bit instances spilled 12-36 bytes. Four, eight and sixteen
+/// vectors hold 16-64 more registers of row (at 48 registers four rows of a vector spilled 84 bytes);
+/// sixteen take two blocks (128 registers, the staged walk's 16 warps an SM).
+constexpr int short_row_min_blocks(int vectors) {
+  return vectors <= 2 ? 5 : vectors <= 4 ? 4 : vectors <= 8 ? 3 : 2;
+}
 /// The largest x dimension of a CUDA grid (2^31 - 1): a packed grid covers every row up to it and
 /// walks the rest by grid stride.
 constexpr std::int64_t kMaxGridBlocks = 0x7fffffff;

@@ -559,8 +559,8 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
                                                  : forward_short_rows_kernel<T, W, false, lanes(), items(), kVec>;
       kernel<<<grid, block, 0, stream>>>(params);
     };
-    static_assert(kShortRowMaxLanes == 32 && kShortRowMaxItems == 8,
-                  "instances for 1 .. 32 lanes a row at one vector a lane, and 2, 4, 8 vectors a lane at 32 lanes");
+    static_assert(kShortRowMaxLanes == 32 && kShortRowMaxItems == 16,
+                  "instances for 1 .. 32 lanes a row at one vector a lane, and 2, 4, 8, 16 vectors a lane at 32 lanes");
     const int lanes = plan.row.threads_per_row, items = plan.row.items;
     if (items == 1) {
       switch (lanes) {
@@ -577,6 +577,7 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
         case 2: launch(IntConst<32>{}, IntConst<2>{}); break;
         case 4: launch(IntConst<32>{}, IntConst<4>{}); break;
         case 8: launch(IntConst<32>{}, IntConst<8>{}); break;
+        case 16: launch(IntConst<32>{}, IntConst<16>{}); break;
         default: throw no_instance();
       }
     } else {

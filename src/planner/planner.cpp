@@ -112,19 +112,21 @@ bool forward_packed_rows(RowShape& s, const Problem& p, const DeviceFacts& devic
 /// The forward's short-row walk (RowShape::short_rows) where PlannerTable::forward_short_rows_min_bytes
 /// and forward_short_rows_max_vectors take it, or for LayerNorm ln_forward_warp_rows_min_bytes:
 /// vectorised rows, the next power of two of their vectors in lanes up to a warp (kShortRowMaxLanes),
-/// then more vectors a lane (1, 2, 4, 8), short_rows_per_group(items) rows a group, a grid over every
+/// then more vectors a lane (1, 2, 4, 8, 16), short_rows_per_group(items) rows a group, a grid over every
 /// row. False leaves `s` alone.
 bool forward_short_rows(RowShape& s, const Problem& p, const PlannerTable& t) {
   const std::int64_t vectors = row_vectors(p);
   if (vector_width(p) == 1 || vectors > kShortRowMaxVectors) return false;
   const std::int64_t bytes = p.rows * p.cols * std::int64_t(dtype_size(p.dtype));
   const bool short_rows = vectors <= t.forward_short_rows_max_vectors && bytes >= t.forward_short_rows_min_bytes;
-  const bool ln_warp_rows = !is_rms(p.op) && bytes >= t.ln_forward_warp_rows_min_bytes;
+  const bool sixteen_vectors_a_lane = vectors > std::int64_t(kShortRowMaxLanes) * 8;
+  const bool ln_warp_rows = !is_rms(p.op) && bytes >= (sixteen_vectors_a_lane ? t.ln_forward_long_warp_rows_min_bytes
+                                                                                 : t.ln_forward_warp_rows_min_bytes);
   if (!short_rows && !ln_warp_rows) return false;
   RowShape out;
   out.vec = vector_width(p);
   out.threads_per_row = int(std::min<std::int64_t>(next_pow2(vectors), kShortRowMaxLanes));
-  out.items = round_items(ceil_div(vectors, out.threads_per_row));
+  out.items = int(next_pow2(ceil_div(vectors, out.threads_per_row)));  // 1, 2, 4, 8, 16
   out.rows_per_block = kShortRowBlockThreads / out.threads_per_row;
   out.blocks = ceil_div(p.rows, std::int64_t(out.rows_per_block) * short_rows_per_group(out.items));
   if (out.blocks > kMaxGridBlocks) return false;  // the walk has no grid stride: its grid covers every row
@@ -764,6 +766,7 @@ const TableKey kTableKeys[] = {
                                      : std::string();
     }),
     key<&Table::ln_forward_warp_rows_min_bytes>("ln_forward_warp_rows_min_bytes"),
+    key<&Table::ln_forward_long_warp_rows_min_bytes>("ln_forward_long_warp_rows_min_bytes"),
     key_items<&Table::forward_packed_items_target, kMaxRowItems>("forward_packed_items_target"),
     key<&Table::forward_packed_block_threads>("forward_packed_block_threads", [](long long v) {
       return block_threads_check(v).empty() && v > kPackedRowMaxThreads

@@ -1002,7 +1002,8 @@ TEST(Planner, ShortForwardRowsTakeAWarpThenMoreVectorsALane) {
       {72, DType::BF16, 16, 1},   {128, DType::F16, 16, 1},  {136, DType::BF16, 32, 1}, {256, DType::BF16, 32, 1},
       {264, DType::F16, 32, 2},   {512, DType::BF16, 32, 2}, {768, DType::F16, 32, 4},  {1000, DType::BF16, 32, 4},
       {1024, DType::BF16, 32, 4}, {1032, DType::F16, 32, 8}, {2048, DType::BF16, 32, 8}, {64, DType::F32, 16, 1},
-      {512, DType::F32, 32, 4},   {1000, DType::F32, 32, 8}, {1024, DType::F32, 32, 8}};
+      {512, DType::F32, 32, 4},   {1000, DType::F32, 32, 8}, {1024, DType::F32, 32, 8},
+      {2056, DType::BF16, 32, 16}, {4096, DType::F16, 32, 16}, {1028, DType::F32, 32, 16}, {2048, DType::F32, 32, 16}};
   for (const auto& c : cases) {
     for (bool rms : {false, true}) {
       const std::int64_t m = (std::int64_t(64) << 20) / (c.n * std::int64_t(dtype_size(c.t)));  // 64 MiB of x
@@ -1021,6 +1022,9 @@ TEST(Planner, ShortForwardRowsTakeAWarpThenMoreVectorsALane) {
   }
   EXPECT_EQ(short_rows_per_group(1), kShortRowsPerGroup);
   EXPECT_EQ(short_rows_per_group(2), 1);
+  EXPECT_EQ(short_rows_per_group(16), 1);
+  EXPECT_EQ(kShortRowMaxVectors, 512);
+  EXPECT_EQ(short_row_min_blocks(16), 2);  // 128 registers: the 16-vector rows' 64 of packed row
   // one vector past kShortRowMaxVectors: the general walk, whatever the table says
   EXPECT_TRUE(forward(4096, kShortRowMaxVectors * 8, DType::BF16, false, widest).row.short_rows);
   EXPECT_FALSE(forward(4096, (kShortRowMaxVectors + 1) * 8, DType::BF16, false, widest).row.short_rows);
@@ -1047,13 +1051,34 @@ TEST(Planner, ShortForwardRowsTakeAWarpThenMoreVectorsALane) {
   EXPECT_TRUE(forward(65536, 1024, DType::F32, false, defaults).row.short_rows);   // 256 vectors
   EXPECT_FALSE(forward(32767, 1024, DType::BF16, false, defaults).row.short_rows);  // just below 64 MiB
   EXPECT_GT(forward(32767, 1024, DType::BF16, false, defaults).row.stages, 0);
-  EXPECT_FALSE(forward(16384, 4096, DType::BF16, false, defaults).row.short_rows);  // 512 vectors
+  EXPECT_FALSE(forward(16384, 4096, DType::BF16, false, defaults).row.short_rows);  // 512 vectors, below 512 MiB
   EXPECT_FALSE(forward(65536, 1024, DType::BF16, true, defaults).row.short_rows);   // RMSNorm: packed
   EXPECT_TRUE(forward(65536, 1024, DType::BF16, true, defaults).row.packed);
   PlannerTable no_warp_rows;
   no_warp_rows.ln_forward_warp_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
   EXPECT_FALSE(forward(65536, 1024, DType::BF16, false, no_warp_rows).row.short_rows);
   EXPECT_TRUE(forward(131072, 64, DType::BF16, false, no_warp_rows).row.short_rows);  // the short rule stays
+  // LayerNorm rows of 16 vectors a lane (257 - 512 vectors) from ln_forward_long_warp_rows_min_bytes
+  // (512 MiB); below it the staged walk
+  EXPECT_EQ(defaults.ln_forward_long_warp_rows_min_bytes, std::int64_t(512) << 20);
+  const Plan ln_4096 = forward(65536, 4096, DType::BF16, false, defaults);  // 512 MiB, 512 vectors
+  EXPECT_TRUE(ln_4096.row.short_rows) << ln_4096.describe();
+  EXPECT_EQ(ln_4096.row.threads_per_row, 32);
+  EXPECT_EQ(ln_4096.row.items, 16);
+  EXPECT_TRUE(forward(131072, 2560, DType::F16, false, defaults).row.short_rows);    // 320 vectors
+  EXPECT_TRUE(forward(65536, 2048, DType::F32, false, defaults).row.short_rows);     // 512 fp32 vectors
+  EXPECT_FALSE(forward(65535, 4096, DType::BF16, false, defaults).row.short_rows);   // just below 512 MiB
+  EXPECT_FALSE(forward(65536, 3072, DType::BF16, false, defaults).row.short_rows);   // 384 MiB
+  EXPECT_FALSE(forward(65536, 4096, DType::BF16, true, defaults).row.short_rows);    // RMSNorm: packed
+  EXPECT_TRUE(forward(16384, 2048, DType::BF16, false, defaults).row.short_rows);    // 256 vectors: 64 MiB rule
+  PlannerTable long_rows;
+  long_rows.ln_forward_long_warp_rows_min_bytes = std::int64_t(64) << 20;
+  EXPECT_TRUE(forward(16384, 4096, DType::BF16, false, long_rows).row.short_rows);
+  EXPECT_FALSE(forward(16384, 4104, DType::BF16, false, long_rows).row.short_rows);  // 513 vectors
+  const std::string max_path = ::testing::TempDir() + "normkit_ln_long_warp_rows.txt";
+  { std::ofstream(max_path) << "ln_forward_long_warp_rows_min_bytes = 1024\n"; }
+  EXPECT_EQ(load_planner_table(max_path).ln_forward_long_warp_rows_min_bytes, 1024);
+  std::remove(max_path.c_str());
 }
 
 // PlannerTable::row_stage_bytes_per_sm: fewer stages where the resident blocks copy more row bytes
@@ -1376,6 +1401,7 @@ TEST(Planner, RowStagesOffForUnalignedRowsAndByTheTable) {
   EXPECT_EQ(normkit::plan(p, DeviceFacts::h200(), Strategy::Fused, off).row.stages, 0);
   Problem unaligned = p;  // 2-byte copies: the 16-byte cp.async cannot stage them
   unaligned.op = Op::LayerNormForward;
+  unaligned.rows = 60000;  // below ln_forward_long_warp_rows_min_bytes: the staged walk when aligned
   EXPECT_GT(normkit::plan(unaligned, DeviceFacts::h200()).row.stages, 0);
   unaligned.rows_vector_aligned = false;
   EXPECT_EQ(normkit::plan(unaligned, DeviceFacts::h200()).row.stages, 0);

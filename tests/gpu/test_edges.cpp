@@ -271,7 +271,7 @@ INSTANTIATE_TEST_SUITE_P(
     spec_name);
 
 // ---- short rows: the forward's short-row walk (RowShape::short_rows), every lane width (1 .. 32
-// lanes at a vector a lane, a warp at 2, 4, 8 vectors a lane), rows narrower than their lanes and
+// lanes at a vector a lane, a warp at 2, 4, 8, 16 vectors a lane), rows narrower than their lanes and
 // slots (3, 5, 25, 125, 255 vectors), one row, M not a multiple of a block's rows, strided rows, no
 // weight, fp32 weights. check_forward runs both walks of these rows (the built-in table's and the
 // other), so every case covers the short walk whatever its size ----
@@ -320,7 +320,14 @@ INSTANTIATE_TEST_SUITE_P(
                     strided(ln_spec("ln_M1200_N1024_bf16_pad8_16_24", 1200, 1024, DT::BF16), 8, 16, 24),
                     no_weight(rms_spec("rms_noweight_M3000_N512_bf16", 3000, 512, DT::BF16), false),
                     no_weight(ln_spec("ln_noweight_bias_M800_N1536_f16", 800, 1536, DT::F16), true),
-                    with_weight_dtype(ln_spec("ln_M2222_N776_bf16_w32", 2222, 776, DT::BF16), DT::F32)),
+                    with_weight_dtype(ln_spec("ln_M2222_N776_bf16_w32", 2222, 776, DT::BF16), DT::F32),
+                    // 16 vectors a lane: 257 and 512 vectors, fp32, strides, no weight, fp32 weights
+                    ln_spec("ln_M1001_N2056_bf16", 1001, 2056, DT::BF16),
+                    rms_spec("rms_M777_N4096_f16", 777, 4096, DT::F16),
+                    ln_spec("ln_M513_N2048_f32", 513, 2048, DT::F32),
+                    strided(ln_spec("ln_M300_N4096_bf16_pad8_16_24", 300, 4096, DT::BF16), 8, 16, 24),
+                    no_weight(ln_spec("ln_noweight_bias_M400_N3000_f16", 400, 3000, DT::F16), true),
+                    with_weight_dtype(rms_spec("rms_M333_N3960_bf16_w32", 333, 3960, DT::BF16), DT::F32)),
     spec_name);
 
 }  // namespace
