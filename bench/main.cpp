@@ -813,11 +813,11 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
          p.m * p.n <= best_table.fused_cluster_max_elements && p.n <= best_table.fused_cluster_max_cols ? "cluster"
                                                                                                          : "other"});
 
-  // 4) The forward's lean walks, each from a size of x: RMSNorm's packed walk (rms_forward_packed_min_bytes)
-  // and LayerNorm's warp rows on the short-row walk (ln_forward_warp_rows_min_bytes). Every vectorised
-  // shape of a small grid the walk can serve is timed with the walk allowed everywhere and with it
-  // never taken (the staged or streamed walk), and the byte threshold is chosen by the same regret
-  // score as steps 1 and 3.
+  // 4) The forward's lean walks, each from a size of x: RMSNorm's packed walk (rms_forward_packed_min_bytes),
+  // LayerNorm's warp rows on the short-row walk (ln_forward_warp_rows_min_bytes) and its rows of 16
+  // vectors a lane there (ln_forward_long_warp_rows_min_bytes). Every vectorised shape of a small grid
+  // the walk can serve is timed with the walk allowed everywhere and with it never taken (the staged or
+  // streamed walk), and the byte threshold is chosen by the same regret score as steps 1 and 3.
   struct WalkPoint {
     std::int64_t m, n, bytes;
     double walk, other;
@@ -829,16 +829,27 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
     OpKind op;
     std::int64_t normkit::PlannerTable::*min_bytes;
     bool (*takes)(const normkit::Plan&);
+    std::vector<std::int64_t> cols;  // N of the grid
+    int max_bytes_log;               // x of 256 KiB .. 2^max_bytes_log bytes
     std::vector<WalkPoint> points;
     double default_score = kNaN, tuned_score = kNaN;
     Table table;
   };
+  const std::vector<std::int64_t> walk_cols{768, 1024, 2048, 4096, 8192};
   ForwardWalkTune walks[] = {
       {"RMSNorm forward, packed walk", "packed", "rms_forward_packed_min_bytes", OpKind::RmsFwd,
-       &normkit::PlannerTable::rms_forward_packed_min_bytes, [](const normkit::Plan& p) { return p.row.packed; }, {}, kNaN, kNaN, {}},
+       &normkit::PlannerTable::rms_forward_packed_min_bytes, [](const normkit::Plan& p) { return p.row.packed; },
+       walk_cols, 28, {}, kNaN, kNaN, {}},
       {"LayerNorm forward, warp rows on the short-row walk", "warp_rows", "ln_forward_warp_rows_min_bytes",
        OpKind::LnFwd, &normkit::PlannerTable::ln_forward_warp_rows_min_bytes,
-       [](const normkit::Plan& p) { return p.row.short_rows; }, {}, kNaN, kNaN, {}},
+       [](const normkit::Plan& p) { return p.row.short_rows && p.row.items < normkit::kShortRowMaxItems; }, walk_cols,
+       28, {}, kNaN, kNaN, {}},
+      // rows of 257 - 512 vectors (16 vectors a lane); its rule sits higher (512 MiB on the H200), so x
+      // up to 1 GiB
+      {"LayerNorm forward, rows of 16 vectors a lane on the short-row walk", "long_warp_rows",
+       "ln_forward_long_warp_rows_min_bytes", OpKind::LnFwd, &normkit::PlannerTable::ln_forward_long_warp_rows_min_bytes,
+       [](const normkit::Plan& p) { return p.row.short_rows && p.row.items == normkit::kShortRowMaxItems; },
+       {1280, 2048, 2560, 3072, 4096}, 30, {}, kNaN, kNaN, {}},
   };
   const std::int64_t element_bytes = std::int64_t(normkit::dtype_size(dtype));
   for (ForwardWalkTune& w : walks) {
@@ -846,8 +857,8 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
     everywhere.*w.min_bytes = 0;
     never.*w.min_bytes = std::numeric_limits<std::int64_t>::max();
     const bool rms = w.op == OpKind::RmsFwd;
-    for (std::int64_t n : {std::int64_t(768), std::int64_t(1024), std::int64_t(2048), std::int64_t(4096), std::int64_t(8192)}) {
-      for (int bytes_log = 18; bytes_log <= 28; ++bytes_log) {  // x of 256 KiB .. 256 MiB
+    for (std::int64_t n : w.cols) {
+      for (int bytes_log = 18; bytes_log <= w.max_bytes_log; ++bytes_log) {  // x of 256 KiB ..
         const std::int64_t m = (std::int64_t(1) << bytes_log) / (n * element_bytes);
         std::string why;
         if (m < 1 || floor_bytes(w.op, m, n, dtype, ctx.weight_dtype(dtype)) > max_cell_bytes || cpu_too_big(ctx, m, n, &why))
@@ -924,8 +935,8 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   md << cluster_table.markdown() << "\n";
   for (const ForwardWalkTune& w : walks) {
     const std::int64_t tuned = best_table.*w.min_bytes;
-    md << w.title << " against the walk it replaces (" << w.points.size()
-       << " shapes, x of 256 KiB - 256 MiB): default rule (" << w.key_name << ", x >= "
+    md << w.title << " against the walk it replaces (" << w.points.size() << " shapes, x of 256 KiB - "
+       << fmt_bytes(double(std::int64_t(1) << w.max_bytes_log)) << "): default rule (" << w.key_name << ", x >= "
        << fmt_bytes(double(normkit::default_planner_table().*w.min_bytes)) << ") score " << fmt(w.default_score, 4)
        << "; tuned rule (x >= "
        << (tuned == std::numeric_limits<std::int64_t>::max() ? std::string("never") : fmt_bytes(double(tuned)))
@@ -955,7 +966,8 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
                 {{"fused_vs_unfused", table_records(fused_table)},
                  {"cluster_vs_other", table_records(cluster_table)},
                  {walks[0].walk_name + std::string("_vs_other"), table_records(walks[0].table)},
-                 {walks[1].walk_name + std::string("_vs_other"), table_records(walks[1].table)}},
+                 {walks[1].walk_name + std::string("_vs_other"), table_records(walks[1].table)},
+                 {walks[2].walk_name + std::string("_vs_other"), table_records(walks[2].table)}},
                 md.str());
   return 0;
 }
