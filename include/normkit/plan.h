@@ -358,15 +358,16 @@ struct PlannerTable {
   std::int64_t forward_short_rows_min_bytes = std::int64_t(128) << 10;
   /// ... and rows of at most this many 16-byte vectors (at most kShortRowMaxVectors).
   std::int64_t forward_short_rows_max_vectors = 8;
-  /// LayerNorm forward rows of up to 256 vectors (a warp a row, up to 8 vectors a lane; longer ones:
-  /// ln_forward_long_warp_rows_min_bytes) take the short-row walk from this many bytes of x. Why: LayerNorm's two row sums in a lean walk
-  /// are warp butterflies there, where the packed walk's block barriers lost to the staged walk
-  /// (entry 31); at this size its resident warps beat the staged walk's 16 an SM. H200, graph, short /
-  /// staged (docs/NOTES.md entry 41): bf16 / fp16 / fp32 131072 x 1024 0.92 / 0.90 / 0.92, 65536 x 1024
-  /// 0.92 (bf16, fp32), 262144 x 256 0.93-0.94, 131072 x 512 0.94, 65536 x 2048 0.91 / 0.94, 32768 x
-  /// 2048 0.95, 131072 x 768 0.96-1.00, 32768 x 1024 0.99 / 0.97 / 0.93, 16384 x 2048 bf16 (64 MiB, 8
-  /// vectors a lane) 1.03-1.05 the one loss; below it (8 - 32 MiB) mixed, 0.95 - 1.13 (fp32 slower),
-  /// and the small shapes 1.06 - 1.6 slower. RMSNorm has the packed walk there (the short one tied it).
+  /// LayerNorm forward rows of up to 256 vectors (a warp a row, up to 8 vectors a lane; longer
+  /// ones: ln_forward_long_warp_rows_min_bytes) take the short-row walk from this many bytes of x.
+  /// Why: LayerNorm's two row sums in a lean walk are warp butterflies there, where the packed
+  /// walk's block barriers lost to the staged walk (entry 31); at this size its resident warps beat
+  /// the staged walk's 16 an SM. H200, graph, short / staged (docs/NOTES.md entry 41): bf16 / fp16
+  /// / fp32 131072 x 1024 0.92 / 0.90 / 0.92, 65536 x 1024 0.92 (bf16, fp32), 262144 x 256
+  /// 0.93-0.94, 131072 x 512 0.94, 65536 x 2048 0.91 / 0.94, 32768 x 2048 0.95, 131072 x 768
+  /// 0.96-1.00, 32768 x 1024 0.99 / 0.97 / 0.93, 16384 x 2048 bf16 (64 MiB, 8 vectors a lane)
+  /// 1.03-1.05 the one loss; below it (8 - 32 MiB) mixed, 0.95 - 1.13 (fp32 slower), and the small
+  /// shapes 1.06 - 1.6 slower. RMSNorm has the packed walk there (the short one tied it).
   std::int64_t ln_forward_warp_rows_min_bytes = std::int64_t(64) << 20;
   /// LayerNorm rows of 16 vectors a lane (257 - kShortRowMaxVectors vectors: 2056 - 4096 16-bit, 1028 -
   /// 2048 fp32 columns) take the short-row walk only from this many bytes of x. Why: H200, graph, short

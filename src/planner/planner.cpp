@@ -119,9 +119,10 @@ bool forward_short_rows(RowShape& s, const Problem& p, const PlannerTable& t) {
   if (vector_width(p) == 1 || vectors > kShortRowMaxVectors) return false;
   const std::int64_t bytes = p.rows * p.cols * std::int64_t(dtype_size(p.dtype));
   const bool short_rows = vectors <= t.forward_short_rows_max_vectors && bytes >= t.forward_short_rows_min_bytes;
-  const bool sixteen_vectors_a_lane = vectors > std::int64_t(kShortRowMaxLanes) * 8;
-  const bool ln_warp_rows = !is_rms(p.op) && bytes >= (sixteen_vectors_a_lane ? t.ln_forward_long_warp_rows_min_bytes
-                                                                                 : t.ln_forward_warp_rows_min_bytes);
+  // the longest rows (kShortRowMaxItems vectors a lane) have their own LayerNorm threshold
+  const bool longest_rows = vectors > std::int64_t(kShortRowMaxLanes) * (kShortRowMaxItems / 2);
+  const bool ln_warp_rows = !is_rms(p.op) && bytes >= (longest_rows ? t.ln_forward_long_warp_rows_min_bytes
+                                                                    : t.ln_forward_warp_rows_min_bytes);
   if (!short_rows && !ln_warp_rows) return false;
   RowShape out;
   out.vec = vector_width(p);
