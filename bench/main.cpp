@@ -957,18 +957,15 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   meta.push_back({"tuned_fused_cluster_max_cols", best_table.fused_cluster_max_cols});
   meta.push_back({"cluster_default_score", cluster_default_score});
   meta.push_back({"cluster_tuned_score", cluster_best_score});
+  std::vector<std::pair<std::string, std::vector<Record>>> tables{
+      {"fused_vs_unfused", table_records(fused_table)}, {"cluster_vs_other", table_records(cluster_table)}};
   for (const ForwardWalkTune& w : walks) {
     meta.push_back({std::string("tuned_") + w.key_name, best_table.*w.min_bytes});
     meta.push_back({std::string(w.walk_name) + "_default_score", w.default_score});
     meta.push_back({std::string(w.walk_name) + "_tuned_score", w.tuned_score});
+    tables.push_back({w.walk_name + std::string("_vs_other"), table_records(w.table)});
   }
-  write_outputs(out, meta, records,
-                {{"fused_vs_unfused", table_records(fused_table)},
-                 {"cluster_vs_other", table_records(cluster_table)},
-                 {walks[0].walk_name + std::string("_vs_other"), table_records(walks[0].table)},
-                 {walks[1].walk_name + std::string("_vs_other"), table_records(walks[1].table)},
-                 {walks[2].walk_name + std::string("_vs_other"), table_records(walks[2].table)}},
-                md.str());
+  write_outputs(out, meta, records, tables, md.str());
   return 0;
 }
 

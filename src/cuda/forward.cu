@@ -287,8 +287,8 @@ __global__ void __launch_bounds__(kPackedRowMaxThreads, kPackedRowMinBlocks) rms
 /// lane l holds vector k * LANES + l, so a group's loads of one slot are contiguous); each group takes
 /// short_rows_per_group(ITEMS) rows at once, groups of a warp on consecutive rows (a warp's loads of
 /// one slot of narrow rows cover 32 / LANES whole rows: coalesced). No stages and no loop: a grid over
-/// every row, with short_row_min_blocks(vectors a lane) blocks resident per SM, hides the latency with warps,
-/// as torch.compile's forward does. What the general walk pays per row and this one does not
+/// every row, with short_row_min_blocks(vectors a lane) blocks resident per SM, hides the latency with
+/// warps, as torch.compile's forward does. What the general walk pays per row and this one does not
 /// (docs/NOTES.md entries 39, 41): row sums compiled for every group width and, for groups wider than
 /// a warp, a block barrier (the width is a run-time value there), stage addresses, and a cp.async wait
 /// on a run-time depth. The statistics are the general walk's: the mean, then the squared deviations

@@ -838,10 +838,12 @@ void expect_same_bits(const ForwardOut& a, const ForwardOut& b, const std::strin
 }
 
 namespace {
-/// `t` with the forward's short-row walk off: neither its short rows nor LayerNorm's warp rows.
+/// `t` with the forward's short-row walk off: neither its short rows nor LayerNorm's warp rows (of
+/// up to 8 or of 16 vectors a lane).
 PlannerTable without_short_row_walk(PlannerTable t) {
   t.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
   t.ln_forward_warp_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
+  t.ln_forward_long_warp_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
   return t;
 }
 }  // namespace
