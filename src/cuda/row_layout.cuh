@@ -105,7 +105,8 @@ extern __shared__ __align__(16) unsigned char row_kernel_smem[];
 /// own slots with cp.async and later reads only those, so copy and use need no block barrier -- the
 /// thread's own cp.async.wait_group orders them. Layout: [stage][tensor][item][thread] packs
 /// (consecutive threads on consecutive 16 bytes: no bank conflicts), then [stage][2][thread] floats
-/// for the row statistics (mean, rstd).
+/// for the row statistics (mean, rstd; the backward writes only its stat leaders' slots,
+/// StagedBackwardRows).
 template <typename T, int ITEMS, int VEC, int TENSORS>
 struct RowStages {
   static_assert(sizeof(Pack<T, VEC>) == 16, "staged rows are copied 16 bytes at a time");
@@ -160,7 +161,10 @@ struct RowStages {
       }
     }
   }
-  __device__ __forceinline__ float stat(int stage, int which) const { return load_shared_4(stat_address(stage, which)); }
+  /// The statistic in the slot of the thread `lanes_back` lanes before this one (its warp's copy).
+  __device__ __forceinline__ float stat(int stage, int which, int lanes_back = 0) const {
+    return load_shared_4(stat_address(stage, which) - unsigned(lanes_back) * 4u);
+  }
 };
 
 /// One staged row of one tensor, read slot by slot where it is used (pack(k): one 16-byte shared load,
