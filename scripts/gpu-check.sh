@@ -6,6 +6,7 @@
 #
 #   scripts/gpu-check.sh [stage ...]     stages: build ctest python bench (= seed llm) llm-unstaged sweep profile
 #                                        profile-wide profile-peers pyprobe pysmoke peers e2e tables tune ab
+#                                        racecheck
 #                                        (default: build ctest python bench)
 #
 # Environment: OUT (log folder, default ./gpu-check-out), JOBS (build parallelism, default nproc),
@@ -21,6 +22,11 @@
 # without a rebuild. PROBE_TABLES = "name:key=value,key=value;name2:..." ("name:" alone = the
 # built-in table); PROBE_ARGS = the normkit-bench arguments (default: the llm suite in graph mode).
 # Each run writes results/probe-<name>.md and .json; the summary names them.
+#
+# Stage `racecheck`: compute-sanitizer's shared-memory hazard check on the GPU tests that
+# RACECHECK_FILTER names (a gtest filter; default: three staged-row cases, where lanes read the
+# statistics their warp's first lane staged, docs/NOTES.md entry 48; ~40 s on the H200). The whole
+# suite takes far longer under the sanitizer than one device call allows.
 #
 # Stage `ab`: two builds of normkit-bench on the same cases, alternating base, new, base, new, ...
 # (AB_ROUNDS rounds, default 2) in this one call, then bench/compare_ab.py -> results/ab.md (each
@@ -140,6 +146,18 @@ if has_stage bench || has_stage seed; then
 fi
 if has_stage bench || has_stage llm; then
   run_stage bench-llm "$BENCH" --suite llm --mode graph --iters 20 --warmup 3 --budget 0.5 --commit "$COMMIT" --md "$RESULTS/h200-llm.md" --json "$RESULTS/h200-llm.json"
+fi
+if has_stage racecheck; then
+  SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+  GPU_TESTS=${PREBUILT:+$PREBUILT/normkit_gpu_tests}
+  GPU_TESTS=${GPU_TESTS:-$BUILD/tests/normkit_gpu_tests}
+  if [ -z "$SANITIZER" ]; then
+    say "FAIL  racecheck: compute-sanitizer not found"
+  else
+    run_stage racecheck "$SANITIZER" --tool racecheck --racecheck-report all --error-exitcode 1 "$GPU_TESTS" \
+      --gtest_filter="${RACECHECK_FILTER:-Staged/*M9001*:Staged/*M6000*:Staged/*M262147*}"
+    grep -E "RACECHECK SUMMARY|\[  PASSED  \]|\[  FAILED  \]" "$LOGS/racecheck.log" | sed 's/^/  /' | tee -a "$SUMMARY"
+  fi
 fi
 if has_stage llm-unstaged; then
   # A/B of the row staging: the llm suite with RowShape::stages = 0 (rows loaded straight into registers).
