@@ -103,10 +103,11 @@ extern __shared__ __align__(16) unsigned char row_kernel_smem[];
 
 /// Row iterations staged in shared memory, `depth` deep (RowShape::stages): each thread copies its
 /// own slots with cp.async and later reads only those, so copy and use need no block barrier -- the
-/// thread's own cp.async.wait_group orders them. Layout: [stage][tensor][item][thread] packs
-/// (consecutive threads on consecutive 16 bytes: no bank conflicts), then [stage][2][thread] floats
-/// for the row statistics (mean, rstd; the backward writes only its stat leaders' slots,
-/// StagedBackwardRows).
+/// thread's own cp.async.wait_group orders them. (The row statistics are the exception: the backward
+/// copies them into its stat leaders' slots only, and the other lanes read their leader's after a
+/// __syncwarp, StagedBackwardRows.) Layout: [stage][tensor][item][thread] packs (consecutive threads
+/// on consecutive 16 bytes: no bank conflicts), then [stage][2][thread] floats for the row
+/// statistics (mean, rstd).
 template <typename T, int ITEMS, int VEC, int TENSORS>
 struct RowStages {
   static_assert(sizeof(Pack<T, VEC>) == 16, "staged rows are copied 16 bytes at a time");
@@ -161,8 +162,8 @@ struct RowStages {
       }
     }
   }
-  /// The statistic in the slot of the thread `lanes_back` lanes before this one (its warp's copy).
-  __device__ __forceinline__ float stat(int stage, int which, int lanes_back = 0) const {
+  /// The statistic in the slot of the thread `lanes_back` lanes before this one (its stat leader's).
+  __device__ __forceinline__ float stat(int stage, int which, int lanes_back) const {
     return load_shared_4(stat_address(stage, which) - unsigned(lanes_back) * 4u);
   }
 };
