@@ -196,6 +196,14 @@ struct PlannerTable {
   std::int64_t fused_min_bytes = 3 << 19;
   std::int64_t fused_bytes_min_rows = 1024;
   std::int64_t fused_min_row_bytes = 512;
+  /// ... and rows split over a cluster of 2-item blocks (with dX; not the wide layout of
+  /// kFusedWideItems) from this many bytes of x at any M. H200, graph,
+  /// every strategy forced at 64..768 rows (docs/NOTES.md entry 50), fused / tiled (+ the split dX):
+  /// from 32 MiB fused won or tied in every case (bf16 255 x 65536 LN 1.02, RMS 0.91; 512 x 65536
+  /// 0.92 / 0.85; 512 x 32768 0.97 / 0.90; fp32 255 x 32768 0.84 / 0.76, 512 x 16384 0.83 / 0.77);
+  /// at 16 MiB it lost in bf16 (128 x 65536 1.31 / 1.12, 255 x 32768 1.16 / 1.04, 512 x 16384 1.05 /
+  /// 0.93) and won in fp32 (512 x 8192 0.91 / 0.86, 255 x 16384 0.99 / 0.92): not taken.
+  std::int64_t fused_split_min_bytes = std::int64_t(24) << 20;
   /// ... or from this many rows on, whatever N (narrow rows with huge M: fused 1.8-4.9x faster than
   /// two-pass at N = 1 and 64 from M = 16384; with programmatic launch from M = 8192, same sweep).
   std::int64_t fused_min_rows = 8192;
@@ -385,10 +393,10 @@ struct PlannerTable {
   int row_pipeline_stages = 4;
   /// Fewer stages where the staged rows of the SM's resident blocks would hold more than this many
   /// bytes: stages = max(2, this / (bytes a stage copies for all resident blocks)), at most
-  /// row_pipeline_stages; a deferred fused walk holds one stage more (its previous row). 0 = off
-  /// (row_pipeline_stages everywhere). Blocks copying 32 KB a stage per SM (fused 512 x 2 items,
-  /// forward 2 x 256 x 4 items) get 2 stages, 16 KB a stage (fused 1-item short rows, the 1024-thread
-  /// RMSNorm forward) 4. H200, bf16, graph, this cap vs 0 in one call (docs/NOTES.md entry 29,
+  /// row_pipeline_stages; deferred and split fused walks get one stage more
+  /// (fused_split_extra_stage_min_split). 0 = off (row_pipeline_stages everywhere). Blocks copying
+  /// 32 KB a stage per SM (fused 512 x 2 items, forward 2 x 256 x 4 items) get 2 stages, 16 KB a
+  /// stage (fused 1-item short rows, the 1024-thread RMSNorm forward) 4. H200, bf16, graph, this cap vs 0 in one call (docs/NOTES.md entry 29,
   /// bench/results/h200-forward-split-probe.md section 1): RMSNorm full backward 16384 x 8192 224.5
   /// -> 198.5 us, 131072 x 4096 813 -> 776; LayerNorm forward 16384 x 8192 154.0 -> 145.9, 131072 x
   /// 4096 576.5 -> 563.9; LayerNorm full backward unchanged. (The session that wrote the rule had
@@ -447,8 +455,20 @@ struct PlannerTable {
   /// staged row (its float terms cannot stay in registers across the next row). Staged rows of
   /// kFusedWideItems recompute anyway and always defer, whatever this key. H200, bf16 / fp32, graph, deferred vs not
   /// (docs/NOTES.md entry 28): split 8 LN 16-bit 0 %, RMS -3.5 %, fp32 -5 %; split 2..4 LN 16-bit +2
-  /// to +4 % (slower), RMS -2 to -3 %; wide rows (split 8 / 16) -13 to -16 %.
-  int fused_deferred_min_split = 8;
+  /// to +4 % (slower), RMS -2 to -3 %; wide rows (split 8 / 16) -13 to -16 %. Since the statistics'
+  /// stat leader (entry 48) and the 128-byte aligned stages (entry 50) the undeferred walk of split 8
+  /// with its third stage (fused_split_extra_stage_min_split) is the faster one: against deferred,
+  /// bf16 -3.5 to -6.5 %, fp32 -1.3 to -2.5 %, fp16 -1.1 to +0.9 % (entry 50). 17 (above any cluster,
+  /// kMaxFusedSplitBlocks) = 2-item rows never defer.
+  int fused_deferred_min_split = kMaxFusedSplitBlocks + 1;
+  /// Fused split rows over at least this many blocks stage one row more than row_stage_bytes_per_sm
+  /// gives (deferred walks always do: they hold their previous row): a block stalls once a row on
+  /// its cluster's sums, and a third row in flight keeps its copies going through the stall. H200,
+  /// graph, 3 stages vs 2, undeferred (docs/NOTES.md entry 50): split 4 and 8 faster in every case
+  /// measured (bf16 -0.5 to -1 %, fp16 -0.7 to -0.9 %, fp32 -1.3 to -3.3 %); split 2 bf16 -0.8 to
+  /// -1 % and fp32 LayerNorm -2.5 to -3.8 %, but fp32 RMSNorm +0.5 to +6.6 % (8192 x 8192): not
+  /// from 2. 0 or 1 = every split row.
+  int fused_split_extra_stage_min_split = 4;
   /// Auto fuses rows of the fused kernel's wide layout (kFusedWideItems vectors a thread: above 65536
   /// 16-bit / 32768 fp32 columns) only for elements of at least this many bytes, where the dX kernel
   /// splits such rows too (row_split_wide_max); narrower elements take an unfused strategy with the

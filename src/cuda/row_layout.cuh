@@ -98,8 +98,13 @@ __device__ __forceinline__ float lane_sum(const float (&v)[ITEMS][VEC], Term&& t
   return acc[0];
 }
 
-/// Shared memory of a staged row kernel (RowShape::stages > 0), allocated dynamically.
-extern __shared__ __align__(16) unsigned char row_kernel_smem[];
+/// Shared memory of a staged row kernel (RowShape::stages > 0), allocated dynamically. Aligned to
+/// 128 bytes, not just the 16 a slot needs: the buffer starts after the kernel's static shared
+/// memory, and where that was not a multiple of 128 bytes (the split kernels' ClusterSum storage:
+/// 1056 bytes) each warp's 512-byte cp.async landed across five 128-byte rows, out of step with the
+/// global lines: twice the copies' shared wavefronts (ncu at b9e4f47, LayerNorm fused 2048 x 65536
+/// bf16: 8 per LDGSTS instead of 4, 21 % of the kernel's wavefronts in excess).
+extern __shared__ __align__(128) unsigned char row_kernel_smem[];
 
 /// Row iterations staged in shared memory, `depth` deep (RowShape::stages): each thread copies its
 /// own slots with cp.async and later reads only those, so copy and use need no block barrier -- the

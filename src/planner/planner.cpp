@@ -148,11 +148,16 @@ int guaranteed_row_blocks_per_sm(const RowShape& s) {
 /// the grid counts on being co-resident) would not fit the SM's shared memory next to the
 /// kernels' static scratch, and never more than the row iterations a block walks (a block that
 /// walks one iteration has nothing to overlap: it is not staged), nor more than
-/// PlannerTable::row_stage_bytes_per_sm asks (`held`: the walk keeps one more stage for its previous
-/// row). `floor_bytes` is dynamic memory the kernel needs anyway (fused: its block partial staging).
+/// PlannerTable::row_stage_bytes_per_sm asks (`extra_stage`: one stage more, for a walk that holds
+/// its previous row's stage or stalls once a row on its cluster). `floor_bytes` is dynamic memory
+/// the kernel needs anyway (fused: its block partial staging).
 void plan_stages(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t, int tensors,
-                 bool stats, int resident, std::int64_t grid_blocks, std::int64_t floor_bytes, bool held = false) {
-  constexpr std::int64_t kStaticScratch = 1 << 10;  // row_group_sum2's scratch and friends
+                 bool stats, int resident, std::int64_t grid_blocks, std::int64_t floor_bytes,
+                 bool extra_stage = false) {
+  // The row kernels' static shared memory, which the dynamic buffer follows: at most 1152 bytes (a
+  // split kernel's GroupScratch and ClusterSum storage, 1056, rounded up to the buffer's 128-byte
+  // alignment, row_kernel_smem).
+  constexpr std::int64_t kStaticScratch = 1152;
   s.stages = 0;
   s.smem_bytes = floor_bytes;
   if (s.items == 0 || s.vec == 1 || t.row_pipeline_stages < 2 || p.rows == 0) return;
@@ -160,15 +165,17 @@ void plan_stages(RowShape& s, const Problem& p, const DeviceFacts& device, const
   if (iterations < 2) return;
   const std::int64_t per_stage =
       std::int64_t(s.block_threads()) * (std::int64_t(tensors) * s.items * 16 + (stats ? 2 * std::int64_t(sizeof(float)) : 0));
-  const std::int64_t budget = std::min<std::int64_t>(
-      device.smem_per_block_optin, device.smem_per_sm / resident - kSmemReservedPerBlock - kStaticScratch);
+  // (the opt-in limit counts the static memory too)
+  const std::int64_t budget =
+      std::min<std::int64_t>(device.smem_per_block_optin, device.smem_per_sm / resident - kSmemReservedPerBlock) -
+      kStaticScratch;
   // Row bytes the SM's resident blocks copy per stage (the statistics left out): stages beyond
   // row_stage_bytes_per_sm of them were measured slower, not faster. A walk that holds its previous
-  // row's stage (deferred sums) gets that stage on top.
+  // row's stage (deferred sums), or a split row's (fused_split_extra_stage_min_split), gets one on top.
   const std::int64_t row_bytes_per_sm = std::int64_t(s.block_threads()) * tensors * s.items * 16 * resident;
   std::int64_t cap = std::min(t.row_pipeline_stages, kMaxRowStages);
   if (t.row_stage_bytes_per_sm > 0)
-    cap = std::min(cap, std::max<std::int64_t>(2, t.row_stage_bytes_per_sm / row_bytes_per_sm) + (held ? 1 : 0));
+    cap = std::min(cap, std::max<std::int64_t>(2, t.row_stage_bytes_per_sm / row_bytes_per_sm) + (extra_stage ? 1 : 0));
   int stages = int(std::min(cap, iterations));
   while (stages >= 2 && stages * per_stage > budget) --stages;
   if (stages < 2) return;
@@ -428,19 +435,20 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const std::int64_t x_bytes = p.rows * row_bytes;
   const std::int64_t short_row_dx_min_bytes =
       is_rms(p.op) ? t.rms_fused_short_row_dx_min_bytes : t.fused_short_row_dx_min_bytes;
+  const FusedSplit fused_layout_split = fused_split(p, t, nullptr);
+  const int split = fused_layout_split.split;
   const bool fused_size =
       small ||
       (short_vector_rows(p, t) ? p.rows >= t.fused_short_row_min_rows || (p.mask.dx && x_bytes >= short_row_dx_min_bytes)
        : !vectorised           ? p.rows >= t.fused_unaligned_min_rows
        : p.mask.dx ? (p.rows >= t.fused_min_rows ||
                       (p.rows >= t.fused_bytes_min_rows && x_bytes >= t.fused_min_bytes &&
-                       row_bytes >= t.fused_min_row_bytes))
+                       row_bytes >= t.fused_min_row_bytes) ||
+                      (split >= 2 && fused_layout_split.items == kMaxFusedItems && x_bytes >= t.fused_split_min_bytes))
                    : p.rows >= t.fused_gb_min_rows && row_vectors(p) >= t.fused_gb_min_vectors);
   const bool fused_layout = vectorised || p.cols <= t.fused_unaligned_max_cols;
   // Rows split over a cluster are fused with dX (that is what saves the second read of x and dy), or
   // without it over clusters of at most fused_gb_max_split blocks; only where the device has clusters.
-  const FusedSplit fused_layout_split = fused_split(p, t, nullptr);
-  const int split = fused_layout_split.split;
   const bool fused_rows =
       split == 1 || (split >= 2 && (p.mask.dx || split <= t.fused_gb_max_split) && device_holds_cluster(device, split));
   // Rows longer than the dX kernel's split covers (its wide split off, or beyond it) are streamed by
@@ -581,7 +589,11 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
     // recompute their terms anyway, so deferring costs them nothing (unstaged walks cannot defer).
     // Deferred walks load the row statistics themselves: the stages leave them out.
     const bool defer = split > 1 && (out.row.items > kMaxFusedItems || split >= t.fused_deferred_min_split);
-    plan_stages(out.row, p, device, t, 2, !defer, kFusedBlocksPerSm, out.row.blocks / split, partial_staging, defer);
+    // Split rows stall once a row on their cluster's sums: from fused_split_extra_stage_min_split
+    // blocks (and always when deferred, holding the previous row) they stage one row more.
+    const bool extra_stage = defer || (split > 1 && split >= t.fused_split_extra_stage_min_split);
+    plan_stages(out.row, p, device, t, 2, !defer, kFusedBlocksPerSm, out.row.blocks / split, partial_staging,
+                extra_stage);
     out.deferred_sums = defer && out.row.stages > 0;
     const std::int64_t walkers_planned = out.row.blocks / split;
     if (p.mask.any_gamma_beta() && walkers_planned > 1 && out.cluster_blocks == 0) {  // one walker writes directly
@@ -727,6 +739,7 @@ const TableKey kTableKeys[] = {
     key<&Table::fused_min_bytes>("fused_min_bytes"),
     key<&Table::fused_bytes_min_rows>("fused_bytes_min_rows"),
     key<&Table::fused_min_row_bytes>("fused_min_row_bytes"),
+    key<&Table::fused_split_min_bytes>("fused_split_min_bytes"),
     key<&Table::fused_min_rows>("fused_min_rows"),
     key<&Table::fused_gb_min_rows>("fused_gb_min_rows"),
     key<&Table::fused_gb_min_vectors>("fused_gb_min_vectors"),
@@ -790,6 +803,7 @@ const TableKey kTableKeys[] = {
     key<&Table::forward_split_ln_max_thread_elements>("forward_split_ln_max_thread_elements"),
     key<&Table::fused_split_max>("fused_split_max", largest_cluster_check),
     key<&Table::fused_deferred_min_split>("fused_deferred_min_split"),
+    key<&Table::fused_split_extra_stage_min_split>("fused_split_extra_stage_min_split"),
     key<&Table::fused_wide_min_element_bytes>("fused_wide_min_element_bytes"),
 };
 

@@ -522,11 +522,14 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
       EXPECT_EQ(plan.workspace_bytes, std::size_t(clusters) * std::size_t(c.n) * (rms ? 1 : 2) * sizeof(float)) << where;
       EXPECT_FALSE(plan.single_launch) << where;
       EXPECT_EQ(plan.cluster_blocks, 0) << where;
-      EXPECT_GT(plan.row.stages, 1) << where;
+      // 32 KB a stage: 2 stages (row_stage_bytes_per_sm), and one more from
+      // fused_split_extra_stage_min_split (4) blocks on (NOTES entry 50)
+      EXPECT_EQ(plan.row.stages, c.split >= 4 ? 3 : 2) << where;
       EXPECT_NE(plan.describe().find("split=" + std::to_string(c.split)), std::string::npos) << plan.describe();
-      // cluster sums deferred one row from fused_deferred_min_split (8) blocks on (NOTES entry 28)
-      EXPECT_EQ(plan.deferred_sums, c.split >= 8) << where;
-      EXPECT_EQ(plan.describe().find("deferred") != std::string::npos, c.split >= 8) << plan.describe();
+      // 2-item rows never defer their cluster sums (fused_deferred_min_split above any cluster, NOTES
+      // entry 50; deferred from 8 blocks in entry 28)
+      EXPECT_FALSE(plan.deferred_sums) << where;
+      EXPECT_EQ(plan.describe().find("deferred"), std::string::npos) << plan.describe();
       // auto fuses them with dX (the second read of x and dy is what fusing saves), not without
       EXPECT_EQ(normkit::plan(p, h200).strategy, Strategy::Fused) << where;
       Problem gb = p;
@@ -615,6 +618,44 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
   EXPECT_FALSE(normkit::plan(backward(2048, 65536, DType::BF16, full), h200, Strategy::Fused, never_defer).deferred_sums);
   EXPECT_TRUE(normkit::plan(backward(2048, 262144, DType::BF16, full), h200, Strategy::Fused, never_defer).deferred_sums);
   EXPECT_FALSE(normkit::plan(backward(2048, 8192, DType::BF16, full), h200, Strategy::Fused, defer_from_two).deferred_sums);
+  // fused_split_extra_stage_min_split: split rows from that many blocks stage one row more (32 KB a
+  // stage: 3 instead of 2); deferred walks always do; unsplit rows never
+  PlannerTable extra_from_two, extra_never;
+  extra_from_two.fused_split_extra_stage_min_split = 2;
+  extra_never.fused_split_extra_stage_min_split = 1000;
+  const Problem split2 = backward(2048, 8192, DType::F32, full), split8 = backward(2048, 65536, DType::BF16, full);
+  EXPECT_EQ(normkit::plan(split2, h200, Strategy::Fused).row.stages, 2);
+  EXPECT_EQ(normkit::plan(split2, h200, Strategy::Fused, extra_from_two).row.stages, 3);
+  EXPECT_EQ(normkit::plan(split8, h200, Strategy::Fused).row.stages, 3);
+  EXPECT_EQ(normkit::plan(split8, h200, Strategy::Fused, extra_never).row.stages, 2);
+  PlannerTable deferred_no_extra = defer_from_two;
+  deferred_no_extra.fused_split_extra_stage_min_split = 1000;
+  EXPECT_EQ(normkit::plan(split2, h200, Strategy::Fused, deferred_no_extra).row.stages, 3);
+  EXPECT_EQ(normkit::plan(backward(2048, 262144, DType::BF16, full), h200, Strategy::Fused, extra_never).row.stages, 3);
+  EXPECT_EQ(normkit::plan(backward(16384, 8192, DType::BF16, full), h200, Strategy::Fused, extra_from_two).row.stages, 2);
+  // fused_split_min_bytes (24 MiB of x): split rows of 2-item blocks are fused with dX at any M from
+  // there (NOTES entry 50); below, fused_bytes_min_rows rows as before; never without dX, never the
+  // wide layout by this rule
+  const auto auto_strategy = [&](std::int64_t m, std::int64_t n, DType t, Mask mask, const PlannerTable& table) {
+    return normkit::plan(backward(m, n, t, mask), h200, Strategy::Auto, table).strategy;
+  };
+  const PlannerTable defaults = default_planner_table();
+  ASSERT_EQ(defaults.fused_split_min_bytes, std::int64_t(24) << 20);
+  EXPECT_EQ(auto_strategy(512, 65536, DType::BF16, full, defaults), Strategy::Fused);      // 64 MiB
+  EXPECT_EQ(auto_strategy(255, 65536, DType::BF16, full, defaults), Strategy::Fused);      // 31.9 MiB
+  EXPECT_EQ(auto_strategy(512, 32768, DType::BF16, full, defaults), Strategy::Fused);      // 32 MiB
+  EXPECT_EQ(auto_strategy(255, 32768, DType::F32, full, defaults), Strategy::Fused);       // 31.9 MiB
+  EXPECT_NE(auto_strategy(128, 65536, DType::BF16, full, defaults), Strategy::Fused);      // 16 MiB
+  EXPECT_NE(auto_strategy(255, 32768, DType::BF16, full, defaults), Strategy::Fused);      // 15.9 MiB
+  EXPECT_NE(auto_strategy(512, 16384, DType::BF16, full, defaults), Strategy::Fused);      // 16 MiB
+  EXPECT_NE(auto_strategy(512, 65536, DType::BF16, {false, true, true}, defaults), Strategy::Fused);  // no dX
+  EXPECT_NE(auto_strategy(255, 65536, DType::F32, full, defaults), Strategy::Fused);       // wide layout, 64 MiB
+  PlannerTable split_bytes = defaults;
+  split_bytes.fused_split_min_bytes = std::int64_t(16) << 20;
+  EXPECT_EQ(auto_strategy(128, 65536, DType::BF16, full, split_bytes), Strategy::Fused);
+  EXPECT_NE(auto_strategy(127, 65536, DType::BF16, full, split_bytes), Strategy::Fused);
+  split_bytes.fused_split_min_bytes = std::int64_t(1) << 20;
+  EXPECT_NE(auto_strategy(512, 8192, DType::BF16, full, split_bytes), Strategy::Fused);    // unsplit: not this rule
   const Plan unstaged_wide = normkit::plan(backward(1, 262144, DType::BF16, full), h200, Strategy::Fused);
   EXPECT_EQ(unstaged_wide.row.stages, 0);
   EXPECT_FALSE(unstaged_wide.deferred_sums);
