@@ -202,8 +202,12 @@ struct PlannerTable {
   /// from 32 MiB fused won or tied in every case (bf16 255 x 65536 LN 1.02, RMS 0.91; 512 x 65536
   /// 0.92 / 0.85; 512 x 32768 0.97 / 0.90; fp32 255 x 32768 0.84 / 0.76, 512 x 16384 0.83 / 0.77);
   /// at 16 MiB it lost in bf16 (128 x 65536 1.31 / 1.12, 255 x 32768 1.16 / 1.04, 512 x 16384 1.05 /
-  /// 0.93) and won in fp32 (512 x 8192 0.91 / 0.86, 255 x 16384 0.99 / 0.92): not taken.
+  /// 0.93) and won in fp32 (512 x 8192 0.91 / 0.86, 255 x 16384 0.99 / 0.92): fp32 has its own key.
   std::int64_t fused_split_min_bytes = std::int64_t(24) << 20;
+  /// ... the same for fp32 rows (4-byte elements: half the elements, so half the instructions, per
+  /// byte): fused won at both fp32 cells of about 16 MiB measured (above: 512 x 8192 at 16 MiB, and
+  /// 255 x 16384 at 15.9, just below the key); smaller ones were not measured.
+  std::int64_t fp32_fused_split_min_bytes = std::int64_t(16) << 20;
   /// ... or from this many rows on, whatever N (narrow rows with huge M: fused 1.8-4.9x faster than
   /// two-pass at N = 1 and 64 from M = 16384; with programmatic launch from M = 8192, same sweep).
   std::int64_t fused_min_rows = 8192;

@@ -444,7 +444,8 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
        : p.mask.dx ? (p.rows >= t.fused_min_rows ||
                       (p.rows >= t.fused_bytes_min_rows && x_bytes >= t.fused_min_bytes &&
                        row_bytes >= t.fused_min_row_bytes) ||
-                      (split >= 2 && fused_layout_split.items == kMaxFusedItems && x_bytes >= t.fused_split_min_bytes))
+                      (split >= 2 && fused_layout_split.items == kMaxFusedItems &&
+                       x_bytes >= (dtype_size(p.dtype) == 4 ? t.fp32_fused_split_min_bytes : t.fused_split_min_bytes)))
                    : p.rows >= t.fused_gb_min_rows && row_vectors(p) >= t.fused_gb_min_vectors);
   const bool fused_layout = vectorised || p.cols <= t.fused_unaligned_max_cols;
   // Rows split over a cluster are fused with dX (that is what saves the second read of x and dy), or
@@ -740,6 +741,7 @@ const TableKey kTableKeys[] = {
     key<&Table::fused_bytes_min_rows>("fused_bytes_min_rows"),
     key<&Table::fused_min_row_bytes>("fused_min_row_bytes"),
     key<&Table::fused_split_min_bytes>("fused_split_min_bytes"),
+    key<&Table::fp32_fused_split_min_bytes>("fp32_fused_split_min_bytes"),
     key<&Table::fused_min_rows>("fused_min_rows"),
     key<&Table::fused_gb_min_rows>("fused_gb_min_rows"),
     key<&Table::fused_gb_min_vectors>("fused_gb_min_vectors"),

@@ -650,6 +650,12 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
   EXPECT_NE(auto_strategy(512, 16384, DType::BF16, full, defaults), Strategy::Fused);      // 16 MiB
   EXPECT_NE(auto_strategy(512, 65536, DType::BF16, {false, true, true}, defaults), Strategy::Fused);  // no dX
   EXPECT_NE(auto_strategy(255, 65536, DType::F32, full, defaults), Strategy::Fused);       // wide layout, 64 MiB
+  // fp32 rows from fp32_fused_split_min_bytes (16 MiB)
+  ASSERT_EQ(defaults.fp32_fused_split_min_bytes, std::int64_t(16) << 20);
+  EXPECT_EQ(auto_strategy(512, 8192, DType::F32, full, defaults), Strategy::Fused);        // 16 MiB, split 2
+  EXPECT_EQ(auto_strategy(256, 16384, DType::F32, full, defaults), Strategy::Fused);       // 16 MiB, split 4
+  EXPECT_NE(auto_strategy(511, 8192, DType::F32, full, defaults), Strategy::Fused);
+  EXPECT_NE(auto_strategy(255, 16384, DType::F32, full, defaults), Strategy::Fused);
   PlannerTable split_bytes = defaults;
   split_bytes.fused_split_min_bytes = std::int64_t(16) << 20;
   EXPECT_EQ(auto_strategy(128, 65536, DType::BF16, full, split_bytes), Strategy::Fused);
