@@ -203,9 +203,10 @@ struct PlannerTable {
   /// 0.92 / 0.85; 512 x 32768 0.97 / 0.90; fp32 255 x 32768 0.84 / 0.76, 512 x 16384 0.83 / 0.77);
   /// at 16 MiB it lost in bf16 (128 x 65536 1.31 / 1.12, 255 x 32768 1.16 / 1.04, 512 x 16384 1.05 /
   /// 0.93) and won in fp32 (512 x 8192 0.91 / 0.86, 255 x 16384 0.99 / 0.92): fp32 has its own key.
+  /// Nothing was measured between 16 and 32 MiB; 24 MiB takes 255 x 65536 (31.9 MiB) in.
   std::int64_t fused_split_min_bytes = std::int64_t(24) << 20;
-  /// ... the same for fp32 rows (4-byte elements: half the elements, so half the instructions, per
-  /// byte): fused won at both fp32 cells of about 16 MiB measured (above: 512 x 8192 at 16 MiB, and
+  /// ... the same for fp32 rows (4-byte elements: half the elements, and fewer instructions, a byte
+  /// of x): fused won at both fp32 cells of about 16 MiB measured (above: 512 x 8192 at 16 MiB, and
   /// 255 x 16384 at 15.9, just below the key); smaller ones were not measured.
   std::int64_t fp32_fused_split_min_bytes = std::int64_t(16) << 20;
   /// ... or from this many rows on, whatever N (narrow rows with huge M: fused 1.8-4.9x faster than
@@ -400,10 +401,11 @@ struct PlannerTable {
   /// row_pipeline_stages; deferred and split fused walks get one stage more
   /// (fused_split_extra_stage_min_split). 0 = off (row_pipeline_stages everywhere). Blocks copying
   /// 32 KB a stage per SM (fused 512 x 2 items, forward 2 x 256 x 4 items) get 2 stages, 16 KB a
-  /// stage (fused 1-item short rows, the 1024-thread RMSNorm forward) 4. H200, bf16, graph, this cap vs 0 in one call (docs/NOTES.md entry 29,
-  /// bench/results/h200-forward-split-probe.md section 1): RMSNorm full backward 16384 x 8192 224.5
-  /// -> 198.5 us, 131072 x 4096 813 -> 776; LayerNorm forward 16384 x 8192 154.0 -> 145.9, 131072 x
-  /// 4096 576.5 -> 563.9; LayerNorm full backward unchanged. (The session that wrote the rule had
+  /// stage (fused 1-item short rows, the 1024-thread RMSNorm forward) 4. H200, bf16, graph, this cap
+  /// vs 0 in one call (docs/NOTES.md entry 29, bench/results/h200-forward-split-probe.md section 1):
+  /// RMSNorm full backward 16384 x 8192 224.5 -> 198.5 us, 131072 x 4096 813 -> 776; LayerNorm
+  /// forward 16384 x 8192 154.0 -> 145.9, 131072 x 4096 576.5 -> 563.9; LayerNorm full backward
+  /// unchanged. (The session that wrote the rule had
   /// also probed 2 stages at 16 KB a stage: 131072 x 64 LN +7 %, RMS forward 16384 x 8192 +12 %; that
   /// probe's tables were not kept.)
   std::int64_t row_stage_bytes_per_sm = 65536;
