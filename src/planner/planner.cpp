@@ -175,7 +175,8 @@ void plan_stages(RowShape& s, const Problem& p, const DeviceFacts& device, const
   const std::int64_t row_bytes_per_sm = std::int64_t(s.block_threads()) * tensors * s.items * 16 * resident;
   std::int64_t cap = std::min(t.row_pipeline_stages, kMaxRowStages);
   if (t.row_stage_bytes_per_sm > 0)
-    cap = std::min(cap, std::max<std::int64_t>(2, t.row_stage_bytes_per_sm / row_bytes_per_sm) + (extra_stage ? 1 : 0));
+    cap = std::min(cap,
+                   std::max<std::int64_t>(2, t.row_stage_bytes_per_sm / row_bytes_per_sm) + (extra_stage ? 1 : 0));
   int stages = int(std::min(cap, iterations));
   while (stages >= 2 && stages * per_stage > budget) --stages;
   if (stages < 2) return;
@@ -437,6 +438,11 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
       is_rms(p.op) ? t.rms_fused_short_row_dx_min_bytes : t.fused_short_row_dx_min_bytes;
   const FusedSplit fused_layout_split = fused_split(p, t, nullptr);
   const int split = fused_layout_split.split;
+  // Rows split over a cluster of 2-item blocks are fused with dX from a size of x at any M (fp32 has
+  // its own key); the wide layout keeps the other rules.
+  const bool split_rows_by_bytes =
+      split >= 2 && fused_layout_split.items == kMaxFusedItems &&
+      x_bytes >= (dtype_size(p.dtype) == 4 ? t.fp32_fused_split_min_bytes : t.fused_split_min_bytes);
   const bool fused_size =
       small ||
       (short_vector_rows(p, t) ? p.rows >= t.fused_short_row_min_rows || (p.mask.dx && x_bytes >= short_row_dx_min_bytes)
@@ -444,8 +450,7 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
        : p.mask.dx ? (p.rows >= t.fused_min_rows ||
                       (p.rows >= t.fused_bytes_min_rows && x_bytes >= t.fused_min_bytes &&
                        row_bytes >= t.fused_min_row_bytes) ||
-                      (split >= 2 && fused_layout_split.items == kMaxFusedItems &&
-                       x_bytes >= (dtype_size(p.dtype) == 4 ? t.fp32_fused_split_min_bytes : t.fused_split_min_bytes)))
+                      split_rows_by_bytes)
                    : p.rows >= t.fused_gb_min_rows && row_vectors(p) >= t.fused_gb_min_vectors);
   const bool fused_layout = vectorised || p.cols <= t.fused_unaligned_max_cols;
   // Rows split over a cluster are fused with dX (that is what saves the second read of x and dy), or

@@ -238,6 +238,21 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
   const BackwardOut fused = gpu_backward(*hc, dc, spec.full_mask(), Strategy::Fused, test_stream());
   ASSERT_TRUE(fused.ran) << fused.why_not;
   ASSERT_GT(fused.plan.row.split, 1) << "expected fused on split rows: " << fused.plan.describe();
+  // 2-item split rows no longer defer their cluster sums under the built-in table (NOTES entry 50),
+  // but a table still can (fused_deferred_min_split): that walk, against the reference and its bits
+  // (wide rows defer under any table: the fused run above was theirs)
+  if (fused.plan.row.items == kMaxFusedItems) {
+    PlannerTable defer_all;
+    defer_all.fused_deferred_min_split = 2;
+    const auto run_deferred = [&] {
+      return gpu_backward(*hc, dc, spec.full_mask(), Strategy::Fused, test_stream(), WsMode::Explicit, &defer_all);
+    };
+    const BackwardOut deferred = run_deferred();
+    ASSERT_TRUE(deferred.ran) << deferred.why_not;
+    EXPECT_EQ(deferred.plan.deferred_sums, deferred.plan.row.stages > 0) << deferred.plan.describe();
+    expect_backward_matches(*hc, deferred, reference_backward(*hc));
+    expect_same_bits(deferred, run_deferred(), "deferred, second run");
+  }
   // the unfused strategies' dX kernel splits them too (rows beyond a portable cluster of its blocks:
   // blocks of kWideSplitBlockThreads threads, PlannerTable::row_split_wide_max)
   const BackwardOut tiled = gpu_backward(*hc, dc, spec.full_mask(), Strategy::Tiled, test_stream());
