@@ -440,12 +440,16 @@ struct PlannerTable {
   int forward_split_max = kMaxFusedSplitBlocks;
   std::int64_t forward_split_min_vectors = 8192;
   /// ... and LayerNorm rows only where a thread holds at most this many elements of the slice
-  /// (kSplitItems x the vector width: fp32 16, 16-bit 32). Its split walk does about twice RMSNorm's
-  /// work per element (two sums, the merge, the bias), and with 32 elements a thread it was no faster
-  /// than the streamed rows: bf16 512 x 65536 57.4 vs 53.8 us, 2048 x 65536 210.6 vs 212.5, 4096 x
-  /// 262144 2069 vs 1784 (faster at 1024 x 131072, 211 vs 232, and 64 x 262144, 39 vs 59); fp32 (16)
-  /// faster everywhere: 1024 x 32768 89.5 vs 103.7, 2048 x 65536 358 vs 444, 1024 x 131072 396 vs 440.
-  int forward_split_ln_max_thread_elements = 16;
+  /// (kSplitItems x the vector width: fp32 16, 16-bit 32; 32 splits both). Its split walk does more
+  /// than RMSNorm's per element (two sums, the merge of the slices' moments, the bias): 16-bit rows
+  /// were first no faster split than streamed (entry 29: bf16 2048 x 65536 210.6 vs 212.5 us, 4096 x
+  /// 262144 2069 vs 1784), so only fp32 split (16); since the walk forms its deviations once, merges
+  /// a lane per rank and tests the weight pointers instead of filling 1 and 0 (ncu: 950 -> ~700
+  /// instructions a warp a row), 16-bit rows split faster everywhere measured (docs/NOTES.md entry
+  /// 52, H200 graph, bf16 / fp16): 512 x 65536 47.6 / 49.3 vs 53.7 / 53.3 us, 2048 x 65536 170 / 171 vs
+  /// 212.5 / 211.3, 1024 x 131072 174 / 179 vs 232 / 231, 4096 x 262144 1572 / 1612 vs 1782 / 1777,
+  /// 64 x 262144 33 / 34 vs 62.
+  int forward_split_ln_max_thread_elements = 32;
   /// The fused backward splits rows too long for one block (above kFusedBlockThreads x
   /// kMaxFusedItems vectors: 8192 16-bit / 4096 fp32 columns) over a cluster of up to this many
   /// blocks (RowShape::split, devices with clusters): each block caches its slice, accumulates

@@ -378,9 +378,9 @@ __global__ void __launch_bounds__(kShortRowBlockThreads, short_row_min_blocks(IT
 /// block r of a cluster caches its slice [col0, col0 + cols) of each row the cluster walks, so x is
 /// read once. The block is the row group, and the row's statistics combine over the cluster in one
 /// exchange (ClusterSum): RMSNorm the sum of x^2; LayerNorm each block's slice mean and sum of squared
-/// deviations (from sums shifted by the slice's first element, which the block has staged), merged in
-/// rank order by Chan et al.'s pairwise rule (two rounds, the mean and then the deviations, would put
-/// two exchanges in every row). A shift by the row's first element instead was a global load per row
+/// deviations (from sums shifted by the slice's first element, which the block has staged), merged by
+/// Chan et al.'s rule, a lane per rank (two rounds, the mean and then the deviations, would put two
+/// exchanges in every row). A shift by the row's first element instead was a global load per row
 /// whose conversion ptxas placed right after it: a memory round trip in every row's critical path
 /// (SASS; LayerNorm split rows took ~1 us a row more than RMSNorm, docs/NOTES.md entry 29).
 /// Staged walks finish each row one row late (staged_row_walk_deferred): row i's statistics are sent
@@ -415,11 +415,15 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
       for (int i = 0; i < VEC; ++i) out[i] = fallback;
     }
   };
-  // Slots past the slice hold 0, which x - shift would not leave out: only the valid ones are summed.
+  // Slots past the slice hold 0, which x - shift would not leave out: LayerNorm zeroes their
+  // deviations (lanes at the end of a short last slice only).
   const int valid_vectors = lane_vectors<ITEMS, VEC>(g, walk.cols);
 
   // This block's statistics of its slice of a row (shift: the slice's first element), summed over
-  // the block and sent to the cluster.
+  // the block and sent to the cluster. The deviations are formed once and both sums read them: the
+  // two sums over the valid slots (lane_sum's bound) had ptxas convert and shift every element
+  // twice, once per sum (ncu at 20196c0, LayerNorm bf16 2048 x 65536: 349 of a warp's ~950
+  // instructions a row in this head).
   const auto head = [&](const RowFragment<T, ITEMS, VEC>& xv, float shift) {
     float d[ITEMS][VEC];
 #pragma unroll
@@ -431,8 +435,15 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
       values[0] = lane_sum(d, [](float v) { return v * v; });
       row_group_sum<1, kForwardGroupLocal>(values, g.threads, scratch);
     } else {
-      float sums[2] = {lane_sum(d, [](float v) { return v; }, valid_vectors),
-                       lane_sum(d, [](float v) { return v * v; }, valid_vectors)};
+      if (valid_vectors < ITEMS) {
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k)
+          if (k >= valid_vectors) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) d[k][i] = 0.f;
+          }
+      }
+      float sums[2] = {lane_sum(d, [](float v) { return v; }), lane_sum(d, [](float v) { return v * v; })};
       row_group_sum<2, kForwardGroupLocal>(sums, g.threads, scratch);
       const float shifted_mean = sums[0] * inv_slice;
       values[0] = walk.cols > 0 ? shift + shifted_mean : 0.f;                                  // slice mean
@@ -448,35 +459,63 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
       cluster.receive(sum_sq);
       rstd = rsqrtf(sum_sq[0] * inv_n + p.eps);
     } else {
-      // Chan et al.: mean = sum_b n_b mean_b / N, M2 = sum_b M2_b + n_b (mean_b - mean)^2, over the
-      // ranks in order. Every rank but the last holds slice_cols columns (the planner's slices), so
-      // n_b multiplies the sums of the full ranks once instead of every term (this merge runs in
-      // every thread, once a row, after the wait).
+      // Chan et al.: mean = sum_b n_b mean_b / N, M2 = sum_b M2_b + n_b (mean_b - mean)^2. Every rank
+      // but the last holds slice_cols columns (the planner's slices). Lane b of each warp takes rank
+      // b's terms and a warp sum adds them (every lane, every warp and every block of the cluster
+      // gets the same bits: the same slots, the same butterfly): a loop over the ranks in every
+      // thread was ~90 of a warp's ~950 instructions a row (ncu at 20196c0, split = 8).
+      static_assert(kMaxFusedSplitBlocks <= kWarpSize, "a lane per rank");
       float m2 = 0.f;
       cluster.receive_slots([&](const auto& slots) {
-        const int last = p.split - 1;
-        const float full = float(p.slice_cols), rest = float(max(0, p.cols - last * p.slice_cols));
-        float means = 0.f;
-        for (int r = 0; r < last; ++r) means += slots[r][0];
-        mean = fmaf(rest, slots[last][0], full * means) * inv_n;
-        float m2s = 0.f, squares = 0.f;
-        for (int r = 0; r < last; ++r) {
-          const float delta = slots[r][0] - mean;
-          m2s += slots[r][1];
-          squares = fmaf(delta, delta, squares);
-        }
-        const float delta_last = slots[last][0] - mean;
-        m2 = fmaf(rest * delta_last, delta_last, fmaf(full, squares, m2s + slots[last][1]));
+        const int b = int(threadIdx.x) % kWarpSize, last = p.split - 1;
+        const float n_b = b < last ? float(p.slice_cols) : b == last ? float(max(0, p.cols - last * p.slice_cols)) : 0.f;
+        const int rank = min(b, last);  // lanes past the cluster read a real slot and weigh it 0
+        const float mean_b = b <= last ? slots[rank][0] : 0.f;
+        const float m2_b = b <= last ? slots[rank][1] : 0.f;
+        mean = warp_sum(n_b * mean_b) * inv_n;
+        const float delta = mean_b - mean;
+        m2 = warp_sum(fmaf(n_b * delta, delta, m2_b));
       });
       rstd = rsqrtf(m2 * inv_n + p.eps);
     }
     T* const y_row = p.y.row(r) + walk.col0;
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
-      float wk[VEC], bk[VEC];
-      affine(weight, k, 1.f, wk);
-      affine(bias, k, 0.f, bk);
-      store_slot<T, VEC>(y_row, g, k, walk.cols, true, [&](int i) { return (xv.at(k, i) - mean) * rstd * wk[i] + bk[i]; });
+      if constexpr (kRms) {
+        // RMSNorm reads its weight with a fallback of 1 for a missing one (and a bias of 0): the
+        // tested form below measured 1-5 % slower for it (A/B at 20196c0, 1024 x 131072 and 4096 x
+        // 262144 bf16 / fp16), where it made LayerNorm's rows faster.
+        float wk[VEC], bk[VEC];
+        affine(weight, k, 1.f, wk);
+        affine(bias, k, 0.f, bk);
+        store_slot<T, VEC>(y_row, g, k, walk.cols, true, [&](int i) { return (xv.at(k, i) - mean) * rstd * wk[i] + bk[i]; });
+      } else {
+        // LayerNorm reads weight and bias for the lane's slots inside the slice only (past it nothing
+        // is stored), each under a test of its pointer that is the same for the whole grid: fallbacks
+        // of 1 and 0 for missing ones put 16 moves a vector into every row (SASS at 20196c0).
+        const int col = g.column<VEC>(k);
+        float y[VEC];
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) y[i] = (xv.at(k, i) - mean) * rstd;
+        if (col < walk.cols) {
+          float w[VEC], b[VEC];
+          if (weight != nullptr && bias != nullptr) {
+            load_weight_vec<W, VEC>(weight + col, w);
+            load_weight_vec<W, VEC>(bias + col, b);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) y[i] = y[i] * w[i] + b[i];
+          } else if (weight != nullptr) {
+            load_weight_vec<W, VEC>(weight + col, w);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) y[i] *= w[i];
+          } else if (bias != nullptr) {
+            load_weight_vec<W, VEC>(bias + col, b);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) y[i] += b[i];
+          }
+        }
+        store_slot<T, VEC>(y_row, g, k, walk.cols, true, [&](int i) { return y[i]; });
+      }
     }
     if (walk.rank == 0 && threadIdx.x == 0) {  // every block has the same statistics
       if (p.mean != nullptr) p.mean[r] = mean;

@@ -884,12 +884,13 @@ TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
       {131072, DType::F32, 16, 8192, 512}};
   for (const auto& c : cases) {
     for (bool rms : {false, true}) {
-      // LayerNorm splits rows of at most 16 elements a thread (fp32); a table can take 16-bit rows too
-      const bool streamed_ln = !rms && c.t != DType::F32 && c.split > 1;
-      PlannerTable ln_16bit;
-      ln_16bit.forward_split_ln_max_thread_elements = 32;
-      if (streamed_ln) EXPECT_EQ(forward_row(2048, c.n, c.t, rms).items, 0) << c.n;
-      const RowShape r = forward_row(2048, c.n, c.t, rms, streamed_ln ? ln_16bit : PlannerTable{});
+      // LayerNorm splits 16-bit rows (32 elements a thread) as RMSNorm does; a table can keep them
+      // streamed (forward_split_ln_max_thread_elements = 16: fp32 rows only)
+      const bool ln_16bit = !rms && c.t != DType::F32 && c.split > 1;
+      PlannerTable fp32_only;
+      fp32_only.forward_split_ln_max_thread_elements = 16;
+      if (ln_16bit) EXPECT_EQ(forward_row(2048, c.n, c.t, rms, fp32_only).items, 0) << c.n;
+      const RowShape r = forward_row(2048, c.n, c.t, rms);
       const std::string where = std::string(rms ? "rms " : "ln ") + dtype_name(c.t) + " N = " + std::to_string(c.n);
       EXPECT_EQ(r.split, std::max(c.split, 1)) << where;
       if (c.split <= 1) {
@@ -927,9 +928,10 @@ TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
   EXPECT_EQ(forward_row(2048, 57352, DType::BF16, true, shorter).slice_cols, 7176);  // a short last slice
   EXPECT_EQ(forward_row(2048, 20000, DType::F32, false, shorter).split, 5);
   EXPECT_EQ(forward_row(2048, 8200, DType::BF16, true, shorter).split, 2);
-  EXPECT_EQ(forward_row(2048, 16384, DType::F16, false, shorter).items, 0);  // LayerNorm 16-bit: streamed
-  shorter.forward_split_ln_max_thread_elements = 32;
-  EXPECT_EQ(forward_row(2048, 16384, DType::F16, false, shorter).split, 2);
+  EXPECT_EQ(forward_row(2048, 16384, DType::F16, false, shorter).split, 2);  // LayerNorm 16-bit too
+  shorter.forward_split_ln_max_thread_elements = 16;
+  EXPECT_EQ(forward_row(2048, 16384, DType::F16, false, shorter).items, 0);  // fp32 only: streamed
+  EXPECT_EQ(forward_row(2048, 16384, DType::F32, false, shorter).split, 4);
   EXPECT_EQ(forward_row(2048, 32768, DType::BF16, true, four).split, 4);
   EXPECT_EQ(forward_row(2048, 32768, DType::BF16, true, four).threads_per_row, kSplitBlockThreads);
   EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, four).split, 4);

@@ -218,6 +218,19 @@ Spec split_no_weight(Spec s) {
   return s;
 }
 
+/// One of weight and bias: the split forward reads each under its own test (both, weight alone,
+/// bias alone, neither).
+Spec split_bias_only(Spec s) {
+  s.has_weight = false;
+  s.name += "_biasonly";
+  return s;
+}
+Spec split_weight_only(Spec s) {
+  s.has_bias = false;
+  s.name += "_weightonly";
+  return s;
+}
+
 class SplitRows : public testing::TestWithParam<Spec> {};
 
 // The forward, dX and fused split over a cluster; every strategy, full and gamma/beta-only masks,
@@ -262,12 +275,14 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
   const bool wide = row_vectors > std::int64_t(kSplitBlockThreads) * kSplitItems * kMaxSplit;
   EXPECT_EQ(tiled.plan.row.threads_per_row, wide ? kWideSplitBlockThreads : kSplitBlockThreads) << tiled.plan.describe();
   const ForwardOut forward = gpu_forward(*hc, dc);
-  // the built-in table splits RMSNorm and fp32 LayerNorm forward rows of forward_split_min_vectors
-  // 16-byte vectors or more and streams the others; every row split: check_split_forward below
+  // the built-in table splits forward rows of forward_split_min_vectors 16-byte vectors or more
+  // (LayerNorm rows of at most forward_split_ln_max_thread_elements elements a thread) and streams the
+  // others; every row split: check_split_forward below
   const PlannerTable defaults;
-  const std::int64_t vectors = spec.N / std::int64_t(16 / dtype_size(spec.dtype));
+  const int vector_width = 16 / int(dtype_size(spec.dtype));
+  const std::int64_t vectors = spec.N / vector_width;
   const bool split_forward = vectors >= defaults.forward_split_min_vectors &&
-                             (spec.rms || spec.dtype == DT::F32);
+                             (spec.rms || kSplitItems * vector_width <= defaults.forward_split_ln_max_thread_elements);
   if (split_forward) {
     EXPECT_GT(forward.plan.row.split, 1) << "expected the forward on split rows: " << forward.plan.describe();
   } else {
@@ -302,6 +317,8 @@ INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                                          rms_spec("rms_M333_N32768_f32", 333, 32768, DT::F32),
                                          split_strided(ln_spec("ln_M100_N16384_bf16_pad8_16_24", 100, 16384, DT::BF16)),
                                          split_no_weight(ln_spec("ln_M200_N24576_bf16_noweight", 200, 24576, DT::BF16)),
+                                         split_bias_only(ln_spec("ln_M90_N57352_bf16", 90, 57352, DT::BF16)),
+                                         split_weight_only(ln_spec("ln_M90_N24576_f16", 90, 24576, DT::F16)),
                                          // fused wide rows (kFusedWideItems per thread): 16 blocks a row
                                          // (non-portable clusters) and 8
                                          ln_spec("ln_M40_N262144_bf16", 40, 262144, DT::BF16),
