@@ -444,8 +444,8 @@ struct PlannerTable {
   /// than RMSNorm's per element (two sums, the merge of the slices' moments, the bias): 16-bit rows
   /// were first no faster split than streamed (entry 29: bf16 2048 x 65536 210.6 vs 212.5 us, 4096 x
   /// 262144 2069 vs 1784), so only fp32 split (16); since the walk forms its deviations once, merges
-  /// a lane per rank and tests the weight pointers instead of filling 1 and 0 (ncu: 950 -> ~700
-  /// instructions a warp a row), 16-bit rows split faster everywhere measured (docs/NOTES.md entry
+  /// a lane per rank and tests the weight pointers instead of filling 1 and 0 (the loop's static
+  /// instruction count 1745 -> 1190), 16-bit rows split faster everywhere measured (docs/NOTES.md entry
   /// 52, H200 graph, bf16 / fp16): 512 x 65536 47.6 / 49.3 vs 53.7 / 53.3 us, 2048 x 65536 170 / 171 vs
   /// 212.5 / 211.3, 1024 x 131072 174 / 179 vs 232 / 231, 4096 x 262144 1572 / 1612 vs 1782 / 1777,
   /// 64 x 262144 33 / 34 vs 62.
