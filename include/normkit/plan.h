@@ -91,6 +91,10 @@ struct RowShape {
   /// compile-time width of at most a warp), each group short_rows_per_group(items) rows at once,
   /// blocks of kShortRowBlockThreads threads, a grid over every row; never staged or split.
   bool short_rows = false;
+  /// The forward's one-row-a-block walk (forward_block_rows_kernel; PlannerTable::forward_block_rows_below_bytes):
+  /// a block of threads_per_row threads (a compile-time width, kBlockRowMinThreads..kBlockRowMaxThreads)
+  /// holds one row, `items` 16-byte vectors a thread; a grid of one block per row; never staged or split.
+  bool block_rows = false;
   int block_threads() const { return threads_per_row * rows_per_block; }
 };
 
@@ -389,6 +393,40 @@ struct PlannerTable {
   /// 3072 1.02-1.07, 32768 x 4096 1.02-1.04, 16384 x 4096 1.10, 8192 x 4096 1.22-1.28), fp32 32768 x 2048
   /// won (0.945), 16384 x 2048 tied.
   std::int64_t ln_forward_long_warp_rows_min_bytes = std::int64_t(512) << 20;
+  /// Forward rows of kShortRowMaxLanes + 1 .. kBlockRowMaxThreads x kBlockRowMaxItems 16-byte vectors
+  /// take the one-row-a-block walk (RowShape::block_rows) while x has fewer bytes than this (0: never),
+  /// forward_block_rows_items_target vectors a thread (more where the row needs them). It comes before
+  /// the short-row, packed and staged walks.
+  /// Why: the general walk's per-row chain (its group decoded from a parameter, the walk's loop, row
+  /// sums for a run-time width) was twice Liger's one-row-a-program chain (456 vs 208 SASS instructions,
+  /// docs/NOTES.md entry 33), and a grid over every row hides latency with resident blocks. H200,
+  /// graph, one-row-a-block (2 vectors a thread) / the walks before it (docs/NOTES.md entry 53): small
+  /// grids 0.85-0.95 (32 x 512 - 128 x 4096, all dtypes), rows of 1024-2048 vectors at few rows
+  /// 0.55-0.8 (streamed before), 8 - 32 MiB 0.80-0.96, LayerNorm 16-bit 64 MiB - 3 GiB 0.91-0.99
+  /// (131072 x 4096 with 4 vectors a thread 0.91), fp32 0.86-0.98 up to 2 GiB (131072 x 4096: 0.93);
+  /// RMSNorm against its packed walk from 64 MiB 0.80-1.01 (131072 x 4096 and 393216 x 4096 16-bit
+  /// 1.01, fp32 65536 x 2048 1.016). Misses left: LayerNorm fp32 rows that fill half a block's slots
+  /// from 64 MiB (65536 x 264 1.11x, 131072 x 300 1.04x, 131072 x 520 1.05x). 4 GiB: the largest x
+  /// measured is 3 GiB (393216 x 4096 bf16; fp32 there is 6 GiB, another walk).
+  std::int64_t forward_block_rows_below_bytes = std::int64_t(4) << 30;
+  /// Why 2: 1 vector a thread (wider blocks) lost to 2 from 8 MiB (LayerNorm 2048 x 2048 bf16 6.75 vs
+  /// 5.97 us, 131072 x 4096 642 vs 538) and tied below; 4 lost at mid shapes (2048 x 2048 6.91).
+  int forward_block_rows_items_target = 2;
+  /// 16-bit LayerNorm rows of more than kBlockRowMaxThreads vectors (4097 - 16384 columns) take the
+  /// one-row-a-block walk only below this many bytes of x (and below forward_block_rows_below_bytes). Why: from 16 MiB the staged walk (4 x 8
+  /// elements a thread, 256 threads) beat it, 1.15-1.28x at 1024 - 16384 x 8192, 1.10-1.14x at 2048 x
+  /// 16384; 8 MiB tied (512 x 8192), 4 MiB won (256 x 8192 0.92-0.94, 128 x 16384 0.74-0.76).
+  std::int64_t ln_forward_block_rows_wide_below_bytes = std::int64_t(8) << 20;
+  /// Rows of at most kBlockRowMinThreads vectors (one vector a thread, or less, in the narrowest block)
+  /// take the one-row-a-block walk only below this many bytes of x (and below
+  /// forward_block_rows_below_bytes). Why: from 2 MiB the other walks beat it (16-bit, 64 and 33
+  /// vectors: 4096 x 512 1.08-1.11x, 65536 x 512 1.12-1.17x, 4096 x 264 1.23-1.31x, 65536 x 264
+  /// 1.8-1.9x, 16384 x 400 1.27-1.29x); 1 MiB won (1024 x 512 0.88), as did the small grids below it.
+  std::int64_t forward_block_rows_narrow_below_bytes = std::int64_t(2) << 20;
+  /// 16-bit LayerNorm rows take 4 vectors a thread (narrower blocks) from this many bytes of x. Why:
+  /// 131072 x 4096 511 vs 537-539 us at 2 (bf16 and fp16: 99 % of the floor), 16384 x 4096 67.0 vs
+  /// 69.3-69.7, 65536 x 2048 0.99, 131072 x 1024 1.00; at 32 MiB 4 lost (4096 x 4096 19.75 vs 19.33).
+  std::int64_t ln_forward_block_rows_four_items_min_bytes = std::int64_t(64) << 20;
   int forward_packed_items_target = 2;
   int forward_packed_block_threads = 256;
   /// Row iterations staged through shared memory by cp.async in the row-cached kernels (forward,
@@ -525,6 +563,13 @@ constexpr int kShortRowMaxVectors = kShortRowMaxLanes * kShortRowMaxItems;
 constexpr int short_row_min_blocks(int vectors) {
   return vectors <= 2 ? 5 : vectors <= 4 ? 4 : vectors <= 8 ? 3 : 2;
 }
+/// The forward's one-row-a-block walk (RowShape::block_rows): rows of more than a warp's worth of
+/// 16-byte vectors (shorter ones have the short-row walk) in blocks of kBlockRowMinThreads to
+/// kBlockRowMaxThreads threads (powers of two), 1, 2 or 4 vectors a thread (kBlockRowMaxItems): rows
+/// of up to 2048 vectors (16384 16-bit, 8192 fp32 columns).
+constexpr int kBlockRowMinThreads = 64;
+constexpr int kBlockRowMaxThreads = 512;
+constexpr int kBlockRowMaxItems = 4;
 /// The largest x dimension of a CUDA grid (2^31 - 1): a packed grid covers every row up to it and
 /// walks the rest by grid stride.
 constexpr std::int64_t kMaxGridBlocks = 0x7fffffff;

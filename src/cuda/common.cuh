@@ -414,6 +414,28 @@ __device__ __forceinline__ void row_group_sum2(float& a, float& b, int group_thr
   b = v[1];
 }
 
+/// Sum over a whole block of THREADS threads (a compile-time multiple of the warp size); every thread
+/// gets the same bits. Each warp's butterfly, the warp sums published in `warp_sums` (THREADS /
+/// kWarpSize floats of shared memory), one __syncthreads, then every thread adds all warp sums in warp
+/// order (broadcast reads, no second butterfly). Consecutive sums must take different `warp_sums`
+/// buffers: a thread may write the next sum's while others still read this one's.
+template <int THREADS>
+__device__ __forceinline__ float block_sum(float v, float* warp_sums) {
+  static_assert(THREADS % kWarpSize == 0 && THREADS <= 1024, "whole warps, at most 1024 threads");
+  constexpr int kWarps = THREADS / kWarpSize;
+  v = warp_sum(v);
+  if constexpr (kWarps == 1) {
+    return v;
+  } else {
+    if (threadIdx.x % kWarpSize == 0) warp_sums[threadIdx.x / kWarpSize] = v;
+    __syncthreads();
+    float sum = warp_sums[0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) sum += warp_sums[w];
+    return sum;
+  }
+}
+
 // ---- asynchronous global -> shared copies (cp.async, sm_80 and later) ----
 /// Shared-memory address (the .shared window) of a generic pointer into shared memory.
 __device__ __forceinline__ unsigned shared_address(const void* smem) {

@@ -95,7 +95,10 @@ DType forward_weight_dtype(const ForwardProblem& p) {
 
 void cuda_forward(const ForwardProblem& p, const Plan& plan, CUstream_st* stream) {
   dispatch_types(p.x.dtype, forward_weight_dtype(p), [&](auto t, auto w) {
-    cuda::launch_forward<decltype(t), decltype(w)>(p, plan, stream);
+    if (plan.row.block_rows)
+      cuda::launch_forward_block_rows<decltype(t), decltype(w)>(p, plan, stream);
+    else
+      cuda::launch_forward<decltype(t), decltype(w)>(p, plan, stream);
   });
 }
 

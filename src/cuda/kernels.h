@@ -16,6 +16,10 @@ using detail::ForwardProblem;
 template <typename T, typename W>
 void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stream);
 
+/// forward_block_rows.cu: the same, one row a block (RowShape::block_rows).
+template <typename T, typename W>
+void launch_forward_block_rows(const ForwardProblem& p, const Plan& plan, cudaStream_t stream);
+
 /// backward_dx.cu: dx only, one row group per row.
 template <typename T, typename W>
 void launch_backward_dx(const BackwardProblem& p, const Plan& plan, cudaStream_t stream);

@@ -109,6 +109,44 @@ bool forward_packed_rows(RowShape& s, const Problem& p, const DeviceFacts& devic
   return true;
 }
 
+/// The forward's one-row-a-block walk (RowShape::block_rows) while x has fewer bytes than
+/// PlannerTable::forward_block_rows_below_bytes (16-bit LayerNorm rows of more than kBlockRowMaxThreads
+/// vectors also below ln_forward_block_rows_wide_below_bytes, rows of at most kBlockRowMinThreads
+/// vectors below forward_block_rows_narrow_below_bytes): vectorised rows of more than kShortRowMaxLanes
+/// vectors (a warp's worth: shorter rows have the short-row walk), a block of the next power of two of
+/// vectors / forward_block_rows_items_target threads (16-bit LayerNorm from
+/// ln_forward_block_rows_four_items_min_bytes: 4 vectors a thread), kBlockRowMinThreads..
+/// kBlockRowMaxThreads, then more vectors a thread where the row needs them (up to kBlockRowMaxItems),
+/// a block per row. False leaves `s` alone.
+bool forward_block_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+  const std::int64_t vectors = row_vectors(p);
+  if (vector_width(p) == 1 || vectors <= kShortRowMaxLanes || p.rows > kMaxGridBlocks) return false;
+  const std::int64_t bytes = p.rows * p.cols * std::int64_t(dtype_size(p.dtype));
+  const bool ln_16bit = !is_rms(p.op) && dtype_size(p.dtype) == 2;
+  const bool wide = ln_16bit && vectors > kBlockRowMaxThreads;
+  std::int64_t below = t.forward_block_rows_below_bytes;
+  if (wide) below = std::min(below, t.ln_forward_block_rows_wide_below_bytes);
+  if (vectors <= kBlockRowMinThreads) below = std::min(below, t.forward_block_rows_narrow_below_bytes);
+  if (bytes >= below) return false;
+  const int items_target = ln_16bit && bytes >= t.ln_forward_block_rows_four_items_min_bytes
+                               ? 4
+                               : t.forward_block_rows_items_target;
+  const int max_threads = std::min(device.max_threads_per_block, kBlockRowMaxThreads);
+  const std::int64_t wanted = next_pow2(ceil_div(vectors, std::int64_t(items_target)));
+  const int threads = int(std::clamp<std::int64_t>(wanted, kBlockRowMinThreads, max_threads));
+  const std::int64_t items = next_pow2(ceil_div(vectors, std::int64_t(threads)));
+  if (threads < kBlockRowMinThreads || items > kBlockRowMaxItems) return false;
+  RowShape out;
+  out.vec = vector_width(p);
+  out.items = int(items);
+  out.threads_per_row = threads;
+  out.rows_per_block = 1;
+  out.blocks = p.rows;
+  out.block_rows = true;
+  s = out;
+  return true;
+}
+
 /// The forward's short-row walk (RowShape::short_rows) where PlannerTable::forward_short_rows_min_bytes
 /// and forward_short_rows_max_vectors take it, or for LayerNorm ln_forward_warp_rows_min_bytes:
 /// vectorised rows, the next power of two of their vectors in lanes up to a warp (kShortRowMaxLanes),
@@ -548,6 +586,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
   if (!is_backward(p.op)) {
     out.strategy = Strategy::Simple;  // unused: forward is one row kernel
     out.row = row_kernel_shape(p, device, t);
+    if (forward_block_rows(out.row, p, device, t)) return out;
     if (forward_short_rows(out.row, p, t)) return out;
     if (forward_packed_rows(out.row, p, device, t)) return out;
     // Rows too long to cache: split over a cluster (read once; staged walks send each row's sums one
@@ -667,6 +706,7 @@ std::string Plan::describe() const {
     if (row.stages > 0) os << " stages=" << row.stages;
     if (row.packed) os << " packed";
     if (row.short_rows) os << " short";
+    if (row.block_rows) os << " block-rows";
   }
   return os.str();
 }
@@ -788,6 +828,11 @@ const TableKey kTableKeys[] = {
     }),
     key<&Table::ln_forward_warp_rows_min_bytes>("ln_forward_warp_rows_min_bytes"),
     key<&Table::ln_forward_long_warp_rows_min_bytes>("ln_forward_long_warp_rows_min_bytes"),
+    key<&Table::forward_block_rows_below_bytes>("forward_block_rows_below_bytes"),
+    key_items<&Table::forward_block_rows_items_target, kBlockRowMaxItems>("forward_block_rows_items_target"),
+    key<&Table::ln_forward_block_rows_wide_below_bytes>("ln_forward_block_rows_wide_below_bytes"),
+    key<&Table::forward_block_rows_narrow_below_bytes>("forward_block_rows_narrow_below_bytes"),
+    key<&Table::ln_forward_block_rows_four_items_min_bytes>("ln_forward_block_rows_four_items_min_bytes"),
     key_items<&Table::forward_packed_items_target, kMaxRowItems>("forward_packed_items_target"),
     key<&Table::forward_packed_block_threads>("forward_packed_block_threads", [](long long v) {
       return block_threads_check(v).empty() && v > kPackedRowMaxThreads

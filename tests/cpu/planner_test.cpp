@@ -36,6 +36,14 @@ Problem forward(std::int64_t m, std::int64_t n, bool rms, DType t = DType::BF16)
   return p;
 }
 
+/// `t` with the forward's one-row-a-block walk off (RowShape::block_rows), for the tests of the walks
+/// it comes before.
+PlannerTable without_block_rows(PlannerTable t = PlannerTable{}) {
+  t.forward_block_rows_below_bytes = 0;
+  t.ln_forward_block_rows_wide_below_bytes = 0;
+  return t;
+}
+
 PlannerTable unfused_table() {
   PlannerTable t;
   t.fused_enabled = false;
@@ -758,6 +766,9 @@ TEST(Planner, RowShapesCoverTheRowWithinTheRegisterBudget) {
           // per SM (its instances' launch bounds): the same 128 registers a thread as 4 items in 256
           if (r.split > 1 && r.threads_per_row == kWideSplitBlockThreads) {
             EXPECT_EQ(r.items, kSplitItems) << where;
+          } else if (r.block_rows) {  // its instances' launch bounds are their block's width
+            EXPECT_LE(r.block_threads(), kBlockRowMaxThreads) << where;
+            EXPECT_LE(r.items, kBlockRowMaxItems) << where;
           } else {
             EXPECT_LE(r.block_threads(), max_row_threads(r.items)) << where;
           }
@@ -869,8 +880,9 @@ TEST(Planner, RowsTooLongForOneBlockAreSplitOverACluster) {
 // than it copies ahead (its previous row waits for the cluster's values). docs/NOTES.md entry 29.
 TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
   const DeviceFacts h200 = DeviceFacts::h200();
-  auto forward_row = [](std::int64_t m, std::int64_t n, DType t, bool rms = false, const PlannerTable& table = PlannerTable{},
-                        const DeviceFacts& device = DeviceFacts::h200()) {
+  // (rows of up to 2048 vectors take one block a row first: off here, ForwardRowsOfABlockTakeTheBlockRowWalk)
+  auto forward_row = [](std::int64_t m, std::int64_t n, DType t, bool rms = false,
+                        const PlannerTable& table = without_block_rows(), const DeviceFacts& device = DeviceFacts::h200()) {
     Problem p = backward(m, n, t);
     p.op = rms ? Op::RmsNormForward : Op::LayerNormForward;
     return normkit::plan(p, device, Strategy::Auto, table).row;
@@ -887,7 +899,7 @@ TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
       // LayerNorm splits 16-bit rows (32 elements a thread) as RMSNorm does; a table can keep them
       // streamed (forward_split_ln_max_thread_elements = 16: fp32 rows only)
       const bool ln_16bit = !rms && c.t != DType::F32 && c.split > 1;
-      PlannerTable fp32_only;
+      PlannerTable fp32_only = without_block_rows();
       fp32_only.forward_split_ln_max_thread_elements = 16;
       if (ln_16bit) EXPECT_EQ(forward_row(2048, c.n, c.t, rms, fp32_only).items, 0) << c.n;
       const RowShape r = forward_row(2048, c.n, c.t, rms);
@@ -916,7 +928,7 @@ TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
   EXPECT_EQ(forward_row(1, 262144, DType::BF16, true).blocks, 16);
   EXPECT_EQ(forward_row(1, 262144, DType::BF16, true).stages, 0);
   // the table: off, from fewer vectors, or capped (4: the wide blocks take 65536 16-bit columns in four)
-  PlannerTable off, four, eight, shorter;
+  PlannerTable off = without_block_rows(), four = off, eight = off, shorter = off;
   off.forward_split_max = 1;
   four.forward_split_max = 4;
   four.forward_split_min_vectors = eight.forward_split_min_vectors = shorter.forward_split_min_vectors = 1025;
@@ -964,6 +976,108 @@ TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("forward_split_max"), std::string::npos) << e.what();
   }
+  std::remove(path.c_str());
+}
+
+// Forward rows of kShortRowMaxLanes + 1 .. kBlockRowMaxThreads x kBlockRowMaxItems 16-byte vectors take
+// the one-row-a-block walk while x has fewer than forward_block_rows_below_bytes: the next power of two
+// of vectors / forward_block_rows_items_target threads (64 .. 512), more vectors a thread where the row
+// needs them, a block per row; shorter, longer and unvectorised rows, larger x and the backward do not.
+TEST(Planner, ForwardRowsOfABlockTakeTheBlockRowWalk) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  const PlannerTable defaults;
+  auto forward_plan = [&](std::int64_t m, std::int64_t n, DType t, bool rms = false, const PlannerTable& table = PlannerTable{}) {
+    Problem p = backward(m, n, t);
+    p.op = rms ? Op::RmsNormForward : Op::LayerNormForward;
+    return normkit::plan(p, h200, Strategy::Auto, table);
+  };
+  const struct { std::int64_t m, n; DType t; int threads, items; } cases[] = {
+      // forward_block_rows_items_target (2) vectors a thread, at least kBlockRowMinThreads threads
+      {32, 512, DType::F16, 64, 1},      {96, 768, DType::F16, 64, 2},     {192, 1024, DType::BF16, 64, 2},
+      {1024, 768, DType::F16, 64, 2},    {7, 264, DType::BF16, 64, 1},     {5, 200, DType::F32, 64, 1},
+      {16, 1032, DType::BF16, 128, 2},   {64, 4096, DType::BF16, 256, 2},  {3, 4104, DType::BF16, 512, 2},
+      // rows of more than 1024 vectors: 4 vectors a thread at kBlockRowMaxThreads
+      {4, 8192, DType::F16, 512, 2},     {2, 12296, DType::F16, 512, 4},   {3, 16384, DType::BF16, 512, 4},
+      {1, 8192, DType::F32, 512, 4},     {2048, 1024, DType::F32, 128, 2}, {131072, 4096, DType::F32, 512, 2}};
+  for (const auto& c : cases) {
+    for (bool rms : {false, true}) {
+      const Plan plan = forward_plan(c.m, c.n, c.t, rms);
+      const std::string where = std::string(rms ? "rms " : "ln ") + dtype_name(c.t) + " " + std::to_string(c.m) +
+                                " x " + std::to_string(c.n) + ": " + plan.describe();
+      ASSERT_TRUE(plan.row.block_rows) << where;
+      EXPECT_FALSE(plan.row.short_rows || plan.row.packed) << where;
+      EXPECT_EQ(plan.row.threads_per_row, c.threads) << where;
+      EXPECT_EQ(plan.row.items, c.items) << where;
+      EXPECT_EQ(plan.row.rows_per_block, 1) << where;
+      EXPECT_EQ(plan.row.block_threads(), c.threads) << where;
+      EXPECT_EQ(plan.row.vec, 16 / int(dtype_size(c.t))) << where;
+      EXPECT_EQ(plan.row.blocks, c.m) << where;
+      EXPECT_EQ(plan.row.stages, 0) << where;
+      EXPECT_EQ(plan.row.split, 1) << where;
+      EXPECT_NE(plan.describe().find(" block-rows"), std::string::npos) << where;
+    }
+  }
+  // rows of a warp's vectors or fewer, of more than 2048, unvectorised rows: other walks
+  EXPECT_FALSE(forward_plan(64, 256, DType::BF16).row.block_rows);   // 32 vectors
+  EXPECT_FALSE(forward_plan(64, 128, DType::F32).row.block_rows);    // 32 vectors
+  EXPECT_FALSE(forward_plan(2, 16392, DType::BF16).row.block_rows);  // 2049 vectors
+  EXPECT_FALSE(forward_plan(64, 1001, DType::BF16).row.block_rows);  // unvectorised
+  // below forward_block_rows_below_bytes of x only
+  const std::int64_t below = defaults.forward_block_rows_below_bytes;
+  ASSERT_GT(below, 0);
+  ASSERT_EQ(below % 2048, 0);
+  EXPECT_TRUE(forward_plan(below / 2048 - 1, 1024, DType::BF16).row.block_rows);
+  EXPECT_FALSE(forward_plan(below / 2048, 1024, DType::BF16).row.block_rows);
+  EXPECT_FALSE(forward_plan(below / 2048, 1024, DType::BF16, true).row.block_rows);
+  // 16-bit LayerNorm rows of more than kBlockRowMaxThreads vectors: below ln_forward_block_rows_wide_below_bytes
+  const std::int64_t wide_below = defaults.ln_forward_block_rows_wide_below_bytes;
+  ASSERT_EQ(wide_below % 16384, 0);
+  EXPECT_TRUE(forward_plan(wide_below / 16384 - 1, 8192, DType::BF16).row.block_rows);
+  EXPECT_FALSE(forward_plan(wide_below / 16384, 8192, DType::BF16).row.block_rows);
+  EXPECT_GT(forward_plan(wide_below / 16384, 8192, DType::BF16).row.stages, 0);   // the staged walk
+  EXPECT_TRUE(forward_plan(wide_below / 16384, 8192, DType::BF16, true).row.block_rows);  // RMSNorm
+  EXPECT_TRUE(forward_plan(wide_below / 16384, 4096, DType::F32).row.block_rows);         // fp32
+  EXPECT_TRUE(forward_plan(wide_below / 8192, 4096, DType::BF16).row.block_rows);         // 512 vectors
+  // rows of at most kBlockRowMinThreads vectors: below forward_block_rows_narrow_below_bytes
+  const std::int64_t narrow_below = defaults.forward_block_rows_narrow_below_bytes;
+  ASSERT_EQ(narrow_below % 1024, 0);
+  EXPECT_TRUE(forward_plan(narrow_below / 1024 - 1, 512, DType::BF16, true).row.block_rows);   // 64 vectors
+  EXPECT_FALSE(forward_plan(narrow_below / 1024, 512, DType::BF16, true).row.block_rows);
+  EXPECT_FALSE(forward_plan(narrow_below / 528 + 1, 264, DType::BF16).row.block_rows);         // 33 vectors
+  EXPECT_TRUE(forward_plan(narrow_below / 1024, 520, DType::BF16).row.block_rows);             // 65 vectors
+  EXPECT_TRUE(forward_plan(narrow_below / 1024, 512, DType::F32).row.block_rows);              // 128 vectors
+  // 16-bit LayerNorm rows take 4 vectors a thread from ln_forward_block_rows_four_items_min_bytes
+  const std::int64_t four_from = defaults.ln_forward_block_rows_four_items_min_bytes;
+  ASSERT_EQ(four_from % 8192, 0);
+  EXPECT_EQ(forward_plan(four_from / 8192, 4096, DType::BF16).row.items, 4);
+  EXPECT_EQ(forward_plan(four_from / 8192, 4096, DType::BF16).row.threads_per_row, 128);
+  EXPECT_EQ(forward_plan(four_from / 8192 - 1, 4096, DType::BF16).row.items, 2);
+  EXPECT_EQ(forward_plan(four_from / 8192, 4096, DType::BF16, true).row.items, 2);  // RMSNorm: 2
+  EXPECT_EQ(forward_plan(four_from / 8192, 2048, DType::F32).row.items, 2);         // fp32: 2
+  // never the backward's dX or fused rows
+  EXPECT_FALSE(normkit::plan(backward(96, 768, DType::F16, {true, true, true}), h200).row.block_rows);
+  EXPECT_FALSE(normkit::plan(backward(96, 768, DType::F16, {true, false, false}), h200).row.block_rows);
+  // the table: 0 turns it off, more vectors a thread narrow the blocks (at least kBlockRowMinThreads)
+  PlannerTable off;
+  off.forward_block_rows_below_bytes = 0;
+  EXPECT_FALSE(forward_plan(32, 512, DType::F16, false, off).row.block_rows);
+  PlannerTable two;
+  two.forward_block_rows_items_target = 2;
+  const Plan two_items = forward_plan(13, 4096, DType::F16, false, two);
+  EXPECT_TRUE(two_items.row.block_rows);
+  EXPECT_EQ(two_items.row.threads_per_row, 256);
+  EXPECT_EQ(two_items.row.items, 2);
+  PlannerTable four;
+  four.forward_block_rows_items_target = 4;
+  const Plan narrowest = forward_plan(10, 264, DType::BF16, false, four);  // 33 vectors: 64 threads, 1 item
+  EXPECT_EQ(narrowest.row.threads_per_row, kBlockRowMinThreads);
+  EXPECT_EQ(narrowest.row.items, 1);
+  // both keys are read from a table file; more vectors a thread than an instance has are clamped
+  const std::string path = ::testing::TempDir() + "normkit_block_rows_table.txt";
+  { std::ofstream(path) << "forward_block_rows_below_bytes = 4096\nforward_block_rows_items_target = 99\n"; }
+  const PlannerTable loaded = load_planner_table(path);
+  EXPECT_EQ(loaded.forward_block_rows_below_bytes, 4096);
+  EXPECT_EQ(loaded.forward_block_rows_items_target, kBlockRowMaxItems);
   std::remove(path.c_str());
 }
 
@@ -1040,7 +1154,7 @@ TEST(Planner, ShortForwardRowsTakeTheShortRowWalk) {
 // from two vectors a lane on (short_rows_per_group); the key is bounded by the kernel's instances.
 TEST(Planner, ShortForwardRowsTakeAWarpThenMoreVectorsALane) {
   const DeviceFacts h200 = DeviceFacts::h200();
-  PlannerTable widest;
+  PlannerTable widest = without_block_rows();  // (which rows of more than 32 vectors take first)
   widest.forward_short_rows_max_vectors = kShortRowMaxVectors;
   auto forward = [&](std::int64_t m, std::int64_t n, DType t, bool rms, const PlannerTable& table) {
     Problem p = backward(m, n, t);
@@ -1091,7 +1205,8 @@ TEST(Planner, ShortForwardRowsTakeAWarpThenMoreVectorsALane) {
 
   // The built-in table: LayerNorm rows up to kShortRowMaxVectors from ln_forward_warp_rows_min_bytes
   // of x (64 MiB); RMSNorm keeps its packed walk there, and smaller LayerNorm forwards the staged one.
-  const PlannerTable defaults;
+  // (Rows of more than 32 vectors take the one-row-a-block walk before these: off here.)
+  const PlannerTable defaults = without_block_rows();
   EXPECT_EQ(defaults.ln_forward_warp_rows_min_bytes, std::int64_t(64) << 20);
   const Plan ln_1024 = forward(32768, 1024, DType::BF16, false, defaults);  // 64 MiB
   EXPECT_TRUE(ln_1024.row.short_rows) << ln_1024.describe();
@@ -1103,7 +1218,7 @@ TEST(Planner, ShortForwardRowsTakeAWarpThenMoreVectorsALane) {
   EXPECT_FALSE(forward(16384, 4096, DType::BF16, false, defaults).row.short_rows);  // 512 vectors, below 512 MiB
   EXPECT_FALSE(forward(65536, 1024, DType::BF16, true, defaults).row.short_rows);   // RMSNorm: packed
   EXPECT_TRUE(forward(65536, 1024, DType::BF16, true, defaults).row.packed);
-  PlannerTable no_warp_rows;
+  PlannerTable no_warp_rows = defaults;
   no_warp_rows.ln_forward_warp_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
   EXPECT_FALSE(forward(65536, 1024, DType::BF16, false, no_warp_rows).row.short_rows);
   EXPECT_TRUE(forward(131072, 64, DType::BF16, false, no_warp_rows).row.short_rows);  // the short rule stays
@@ -1120,7 +1235,7 @@ TEST(Planner, ShortForwardRowsTakeAWarpThenMoreVectorsALane) {
   EXPECT_FALSE(forward(65536, 3072, DType::BF16, false, defaults).row.short_rows);   // 384 MiB
   EXPECT_FALSE(forward(65536, 4096, DType::BF16, true, defaults).row.short_rows);    // RMSNorm: packed
   EXPECT_TRUE(forward(16384, 2048, DType::BF16, false, defaults).row.short_rows);    // 256 vectors: 64 MiB rule
-  PlannerTable long_rows;
+  PlannerTable long_rows = defaults;
   long_rows.ln_forward_long_warp_rows_min_bytes = std::int64_t(64) << 20;
   EXPECT_TRUE(forward(16384, 4096, DType::BF16, false, long_rows).row.short_rows);
   EXPECT_FALSE(forward(16384, 4104, DType::BF16, false, long_rows).row.short_rows);  // 513 vectors
@@ -1135,7 +1250,7 @@ TEST(Planner, ShortForwardRowsTakeAWarpThenMoreVectorsALane) {
 TEST(Planner, RowStagesAreCappedByTheRowBytesTheSmCopiesAStage) {
   const DeviceFacts h200 = DeviceFacts::h200();
   // the staged walks (RMSNorm forwards this large take the packed walk by default)
-  PlannerTable staged;
+  PlannerTable staged = without_block_rows();
   staged.rms_forward_packed_min_bytes = std::numeric_limits<std::int64_t>::max();
   auto stages_of = [&](Op op, std::int64_t m, std::int64_t n, Strategy s, const PlannerTable& t) {
     Problem p = backward(m, n, DType::BF16, {true, true, !is_rms(op)});
@@ -1215,7 +1330,7 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   };
   // the staged walk's rules (RMSNorm forwards of rms_forward_packed_min_bytes take the packed walk:
   // PackedRmsForwardRowsFromTheTablesByteCount)
-  PlannerTable staged;
+  PlannerTable staged = without_block_rows();
   staged.rms_forward_packed_min_bytes = std::numeric_limits<std::int64_t>::max();
   staged.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();  // (ShortForwardRowsTakeTheShortRowWalk)
   for (const Expected& e : cases) {
@@ -1224,8 +1339,9 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
     EXPECT_EQ(r.threads_per_row, e.threads_per_row) << e.why;
     EXPECT_EQ(r.block_threads(), e.block_threads) << e.why;
   }
-  EXPECT_EQ(plan(forward(32, 512, false), h200).row.blocks, 16);
-  EXPECT_EQ(plan(forward(64, 4096, true), h200).row.items, 2);  // the built-in forward_small_grid_blocks: 64
+  EXPECT_EQ(plan(forward(32, 512, false), h200, Strategy::Auto, staged).row.blocks, 16);
+  // the built-in forward_small_grid_blocks: 64
+  EXPECT_EQ(plan(forward(64, 4096, true), h200, Strategy::Auto, staged).row.items, 2);
   // unvectorised rows keep the general layout for the row-length rules: 1024 scalar columns would
   // be 1024 "vectors" for the RMSNorm rule, and 8 for the short-row rules
   Problem unaligned = forward(16384, 1024, true);
@@ -1239,7 +1355,8 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   unaligned_short_bwd.rows_vector_aligned = false;
   EXPECT_EQ(plan(unaligned_short_bwd, h200, Strategy::Fused).row.items, 2);
   // ... and rows longer than one vector per thread of a block are not affected
-  EXPECT_EQ(plan(forward(2048, 16384, true), h200).row.items, plan(forward(2048, 16384, false), h200).row.items);
+  EXPECT_EQ(plan(forward(2048, 16384, true), h200, Strategy::Auto, staged).row.items,
+            plan(forward(2048, 16384, false), h200, Strategy::Auto, staged).row.items);
   // Short vectorised rows take fused from fused_short_row_min_rows rows (with and without dX), with
   // dX also from fused_short_row_dx_min_bytes of x (LayerNorm, 8192 x 64 bf16); unvectorised ones
   // (N = 1) and fewer rows keep two-pass.
@@ -1266,18 +1383,21 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
 // one block of at most kPackedRowMaxThreads caches; a grid that covers every row, never staged or split.
 TEST(Planner, PackedRmsForwardRowsFromTheTablesByteCount) {
   const DeviceFacts h200 = DeviceFacts::h200();
-  // the built-in table: from 64 MiB of x
-  EXPECT_TRUE(plan(forward(131072, 4096, true), h200).row.packed);
-  EXPECT_TRUE(plan(forward(16384, 8192, true), h200).row.packed);
-  EXPECT_TRUE(plan(forward(8192, 4096, true), h200).row.packed);         // 64 MiB exactly
-  EXPECT_FALSE(plan(forward(8191, 4096, true), h200).row.packed);
-  EXPECT_FALSE(plan(forward(8192, 1000, true), h200).row.packed);
-  EXPECT_FALSE(plan(forward(131072, 4096, false), h200).row.packed);    // LayerNorm: never
-  EXPECT_FALSE(plan(forward(2048, 65536, true), h200).row.packed);      // split over a cluster
+  // the built-in table: from 64 MiB of x (rows of more than 32 vectors take the one-row-a-block walk
+  // before it: off here)
+  const PlannerTable no_block_rows = without_block_rows();
+  EXPECT_TRUE(plan(forward(131072, 4096, true), h200, Strategy::Auto, no_block_rows).row.packed);
+  EXPECT_TRUE(plan(forward(16384, 8192, true), h200, Strategy::Auto, no_block_rows).row.packed);
+  EXPECT_TRUE(plan(forward(8192, 4096, true), h200, Strategy::Auto, no_block_rows).row.packed);         // 64 MiB exactly
+  EXPECT_FALSE(plan(forward(8191, 4096, true), h200, Strategy::Auto, no_block_rows).row.packed);
+  EXPECT_FALSE(plan(forward(8192, 1000, true), h200, Strategy::Auto, no_block_rows).row.packed);
+  EXPECT_FALSE(plan(forward(131072, 4096, false), h200, Strategy::Auto, no_block_rows).row.packed);    // LayerNorm: never
+  EXPECT_FALSE(plan(forward(2048, 65536, true), h200, Strategy::Auto, no_block_rows).row.packed);      // split over a cluster
 
   PlannerTable t;
   t.rms_forward_packed_min_bytes = 8 << 20;
   t.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();  // short rows packed too
+  t.forward_block_rows_below_bytes = 0;  // and the rows of a block (forward_block_rows comes first)
   t.forward_packed_items_target = 2;
   t.forward_packed_block_threads = 256;
   struct Expected {
@@ -1422,10 +1542,11 @@ TEST(Planner, RowStagesFitSharedMemoryOfTheResidentBlocks) {
           const std::string where = std::string(op_name(op)) + " " + strategy_name(plan.strategy) + " " +
                                     dtype_name(t) + " N = " + std::to_string(n);
           const bool cached_vectors = r.items > 0 && r.vec > 1;
-          // enough shared memory for all of these; the packed walk (RMSNorm forward) and the short-row
-          // walk (the forward's rows of up to 8 vectors) are never staged
-          EXPECT_EQ(r.stages > 0, cached_vectors && !r.packed && !r.short_rows) << where;
-          if (r.packed || r.short_rows) EXPECT_EQ(r.smem_bytes, 0) << where;
+          // enough shared memory for all of these; the packed walk (RMSNorm forward), the short-row
+          // walk (the forward's rows of up to 8 vectors) and the one-row-a-block walk are never staged
+          const bool unstaged_walk = r.packed || r.short_rows || r.block_rows;
+          EXPECT_EQ(r.stages > 0, cached_vectors && !unstaged_walk) << where;
+          if (unstaged_walk) EXPECT_EQ(r.smem_bytes, 0) << where;
           if (r.stages == 0) continue;
           EXPECT_GE(r.stages, 2) << where;
           EXPECT_LE(r.stages, PlannerTable{}.row_pipeline_stages) << where;
@@ -1451,9 +1572,11 @@ TEST(Planner, RowStagesOffForUnalignedRowsAndByTheTable) {
   Problem unaligned = p;  // 2-byte copies: the 16-byte cp.async cannot stage them
   unaligned.op = Op::LayerNormForward;
   unaligned.rows = 60000;  // below ln_forward_long_warp_rows_min_bytes: the staged walk when aligned
-  EXPECT_GT(normkit::plan(unaligned, DeviceFacts::h200()).row.stages, 0);
+  const PlannerTable no_block_rows = without_block_rows();  // (which takes aligned rows first)
+  EXPECT_GT(normkit::plan(unaligned, DeviceFacts::h200(), Strategy::Auto, no_block_rows).row.stages, 0);
   unaligned.rows_vector_aligned = false;
-  EXPECT_EQ(normkit::plan(unaligned, DeviceFacts::h200()).row.stages, 0);
+  EXPECT_EQ(normkit::plan(unaligned, DeviceFacts::h200(), Strategy::Auto, no_block_rows).row.stages, 0);
+  EXPECT_FALSE(normkit::plan(unaligned, DeviceFacts::h200()).row.block_rows);
   // a device with little shared memory gets fewer stages, or none
   DeviceFacts small = DeviceFacts::h200();
   small.smem_per_sm = small.smem_per_block_optin = 48 << 10;

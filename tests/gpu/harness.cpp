@@ -838,18 +838,36 @@ void expect_same_bits(const ForwardOut& a, const ForwardOut& b, const std::strin
 }
 
 namespace {
+/// `t` with the forward's one-row-a-block walk off (RowShape::block_rows).
+PlannerTable without_block_row_walk(PlannerTable t) {
+  t.forward_block_rows_below_bytes = 0;
+  return t;
+}
 /// `t` with the forward's short-row walk off: neither its short rows nor LayerNorm's warp rows (of
-/// up to 8 or of 16 vectors a lane).
+/// up to 8 or of 16 vectors a lane); nor the one-row-a-block walk, which comes before both.
 PlannerTable without_short_row_walk(PlannerTable t) {
   t.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
   t.ln_forward_warp_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
   t.ln_forward_long_warp_rows_min_bytes = std::numeric_limits<std::int64_t>::max();
-  return t;
+  return without_block_row_walk(t);
 }
 }  // namespace
 
+const PlannerTable& forward_block_rows_table(bool block_rows) {
+  static const PlannerTable every_row = [] {
+    PlannerTable t;
+    t.forward_block_rows_below_bytes = std::numeric_limits<std::int64_t>::max();
+    t.ln_forward_block_rows_wide_below_bytes = std::numeric_limits<std::int64_t>::max();
+    t.forward_block_rows_narrow_below_bytes = std::numeric_limits<std::int64_t>::max();
+    return t;
+  }();
+  static const PlannerTable no_row = without_block_row_walk(PlannerTable{});
+  return block_rows ? every_row : no_row;
+}
+
 const PlannerTable& forward_packed_table(bool packed) {
-  // (short rows take the short-row walk before the packed one: off in both, check_forward runs it)
+  // (short rows take the short-row walk before the packed one, and rows of a block the one-row-a-block
+  // walk before both: off in both tables, check_forward runs them)
   static const PlannerTable every_row = [] {
     PlannerTable t;
     t.rms_forward_packed_min_bytes = 0;
@@ -868,7 +886,7 @@ const PlannerTable& forward_short_rows_table(bool short_rows) {
     PlannerTable t;
     t.forward_short_rows_min_bytes = 0;
     t.forward_short_rows_max_vectors = kShortRowMaxVectors;
-    return t;
+    return without_block_row_walk(t);  // (which comes first for rows of more than a warp's vectors)
   }();
   static const PlannerTable no_row = without_short_row_walk(PlannerTable{});
   return short_rows ? every_row : no_row;
@@ -891,6 +909,21 @@ void check_forward(const HostCase& hc, const DeviceCase& dc, const RefForward& r
       if (!testing::Test::HasFailure())
         expect_same_bits(short_walk, gpu_forward(hc, dc, stream, walk.plan.row.short_rows ? &other : nullptr),
                          "short-row walk");
+    }
+  }
+  // Rows of more than a warp's vectors have the one-row-a-block walk (RowShape::block_rows, below
+  // forward_block_rows_below_bytes of x) and the walks above it: this call runs the one the built-in
+  // table did not, at any M. The one-row-a-block walk's bits repeat.
+  {
+    const PlannerTable& other = forward_block_rows_table(!out.plan.row.block_rows);
+    const ForwardOut walk = gpu_forward(hc, dc, stream, &other);
+    if (walk.plan.row.block_rows != out.plan.row.block_rows) {
+      SCOPED_TRACE(walk.plan.row.block_rows ? "every row it can on the one-row-a-block walk" : "no one-row-a-block walk");
+      expect_forward_matches(hc, walk, ref);
+      const ForwardOut& block_walk = walk.plan.row.block_rows ? walk : out;
+      if (!testing::Test::HasFailure())
+        expect_same_bits(block_walk, gpu_forward(hc, dc, stream, walk.plan.row.block_rows ? &other : nullptr),
+                         "one-row-a-block walk");
     }
   }
   // Both row walks of a cached RMSNorm row, whichever the built-in table picks: the packed one

@@ -243,12 +243,16 @@ void expect_forward_matches(const HostCase& hc, const ForwardOut& out, const Ref
 /// Bitwise repeatability: y, mean and rstd of two identical calls are the same bytes.
 void expect_same_bits(const ForwardOut& a, const ForwardOut& b, const std::string& what);
 /// gpu_forward + expect_forward_matches, under the built-in table and under forward_packed_table(true
-/// and false): every RMSNorm forward case checks both walks of a cached row; and under
-/// forward_short_rows_table: every forward of short vectorised rows checks both of their walks.
+/// and false): every RMSNorm forward case checks both walks of a cached row; under
+/// forward_short_rows_table: every forward of short vectorised rows checks both of their walks; and
+/// under forward_block_rows_table: every forward of rows a block can hold checks that walk and the other.
 void check_forward(const HostCase& hc, const DeviceCase& dc, const RefForward& ref,
                    cudaStream_t stream = test_stream());
+/// A planner table under which the forward takes the one-row-a-block walk (RowShape::block_rows) on
+/// every row it can (true: any M) or on none (false).
+const PlannerTable& forward_block_rows_table(bool block_rows);
 /// A planner table under which the RMSNorm forward packs every row it can (true) or none (false), and
-/// no row takes the short-row walk.
+/// no row takes the short-row or the one-row-a-block walk.
 const PlannerTable& forward_packed_table(bool packed);
 /// A planner table under which the forward takes the short-row walk (RowShape::short_rows) on every
 /// row it can (true: any M, rows up to kShortRowMaxVectors vectors) or on none (false).

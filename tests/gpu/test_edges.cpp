@@ -330,5 +330,66 @@ INSTANTIATE_TEST_SUITE_P(
                     with_weight_dtype(rms_spec("rms_M333_N3960_bf16_w32", 333, 3960, DT::BF16), DT::F32)),
     spec_name);
 
+// ---- one row a block: the forward's one-row-a-block walk (RowShape::block_rows), every instance
+// (64 .. 512 threads at 1, 2 and 4 vectors a thread; the narrower blocks take 2 and 4 vectors under a
+// larger forward_block_rows_items_target), rows that fill their slots and rows that leave most of a
+// block's last warps idle (33 of 64 vectors, 513 of 1024, 1537 of 2048), each weight / bias
+// combination, fp32 weights, strided rows. Each case asserts the instance it was chosen for, matches
+// the reference and repeats its bits; check_forward then runs it and the walk it stands in for ----
+
+struct BlockRowsCase {
+  Spec spec;
+  int items_target;  // PlannerTable::forward_block_rows_items_target
+  int threads, items;
+};
+void PrintTo(const BlockRowsCase& c, std::ostream* os) { *os << c.spec.name; }
+
+class BlockRows : public testing::TestWithParam<BlockRowsCase> {};
+
+TEST_P(BlockRows, EveryInstanceMatchesReference) {
+  const BlockRowsCase& c = GetParam();
+  PlannerTable table = forward_block_rows_table(true);
+  table.forward_block_rows_items_target = c.items_target;
+  const auto hc = make_host_case(c.spec);
+  const DeviceCase dc = upload_case(*hc, test_stream());
+  const RefForward ref = reference_forward(*hc);
+  const ForwardOut out = gpu_forward(*hc, dc, test_stream(), &table);
+  ASSERT_TRUE(out.plan.row.block_rows) << out.plan.describe();
+  ASSERT_EQ(out.plan.row.threads_per_row, c.threads) << out.plan.describe();
+  ASSERT_EQ(out.plan.row.items, c.items) << out.plan.describe();
+  expect_forward_matches(*hc, out, ref);
+  expect_same_bits(out, gpu_forward(*hc, dc, test_stream(), &table), "second call");
+  check_forward(*hc, dc, ref);
+}
+
+Spec weight_alone(Spec s) {
+  s.has_bias = false;
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Block, BlockRows,
+    testing::Values(BlockRowsCase{ln_spec("ln_M7_N264_bf16", 7, 264, DT::BF16), 1, 64, 1},
+                    BlockRowsCase{rms_spec("rms_M5_N200_f32", 5, 200, DT::F32), 1, 64, 1},
+                    BlockRowsCase{weight_alone(ln_spec("ln_weight_alone_M33_N768_f16", 33, 768, DT::F16)), 1, 128, 1},
+                    BlockRowsCase{with_weight_dtype(rms_spec("rms_M16_N1032_bf16_w32", 16, 1032, DT::BF16), DT::F32), 1,
+                                  256, 1},
+                    BlockRowsCase{no_weight(ln_spec("ln_noweight_bias_M9_N2048_f32", 9, 2048, DT::F32), true), 1, 512, 1},
+                    BlockRowsCase{padded(ln_spec("ln_M3_N4104_bf16_padded", 3, 4104, DT::BF16), 8), 1, 512, 2},
+                    BlockRowsCase{rms_spec("rms_M4_N8192_f16", 4, 8192, DT::F16), 1, 512, 2},
+                    BlockRowsCase{with_weight_dtype(ln_spec("ln_M2_N12296_f16_w32", 2, 12296, DT::F16), DT::F32), 1, 512, 4},
+                    BlockRowsCase{rms_spec("rms_M3_N16384_bf16", 3, 16384, DT::BF16), 1, 512, 4},
+                    BlockRowsCase{no_weight(ln_spec("ln_noweight_nobias_M64_N1024_bf16", 64, 1024, DT::BF16), false), 1,
+                                  128, 1},
+                    BlockRowsCase{strided(ln_spec("ln_M100_N2048_bf16_pad8_16_24", 100, 2048, DT::BF16), 8, 16, 24), 2,
+                                  128, 2},
+                    BlockRowsCase{ln_spec("ln_M10_N1000_f16", 10, 1000, DT::F16), 2, 64, 2},
+                    BlockRowsCase{ln_spec("ln_M11_N1600_bf16", 11, 1600, DT::BF16), 4, 64, 4},
+                    BlockRowsCase{rms_spec("rms_M6_N4096_bf16", 6, 4096, DT::BF16), 4, 128, 4},
+                    BlockRowsCase{rms_spec("rms_M12_N1024_f32", 12, 1024, DT::F32), 2, 128, 2},
+                    BlockRowsCase{ln_spec("ln_M13_N4096_f16", 13, 4096, DT::F16), 2, 256, 2},
+                    BlockRowsCase{rms_spec("rms_M14_N8192_bf16", 14, 8192, DT::BF16), 4, 256, 4}),
+    [](const testing::TestParamInfo<BlockRowsCase>& info) { return info.param.spec.name; });
+
 }  // namespace
 }  // namespace normkit::gputest

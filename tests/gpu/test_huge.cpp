@@ -168,6 +168,7 @@ const PlannerTable& split_every_forward_row() {
     PlannerTable t;
     t.forward_split_min_vectors = 1;
     t.forward_split_ln_max_thread_elements = 1 << 20;
+    t.forward_block_rows_below_bytes = 0;  // (rows a block holds would take one block a row first)
     return t;
   }();
   return table;
@@ -283,7 +284,16 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
   const std::int64_t vectors = spec.N / vector_width;
   const bool split_forward = vectors >= defaults.forward_split_min_vectors &&
                              (spec.rms || kSplitItems * vector_width <= defaults.forward_split_ln_max_thread_elements);
-  if (split_forward) {
+  // (rows of up to kBlockRowMaxThreads x kBlockRowMaxItems vectors in small x take one block a row first)
+  const bool wide_ln_16bit = !spec.rms && dtype_size(spec.dtype) == 2 && vectors > kBlockRowMaxThreads;
+  const std::int64_t x_bytes = spec.M * spec.N * std::int64_t(dtype_size(spec.dtype));
+  const bool block_rows = vectors <= std::int64_t(kBlockRowMaxThreads) * kBlockRowMaxItems &&
+                          x_bytes < (wide_ln_16bit ? std::min(defaults.ln_forward_block_rows_wide_below_bytes,
+                                                              defaults.forward_block_rows_below_bytes)
+                                                   : defaults.forward_block_rows_below_bytes);
+  if (block_rows) {
+    EXPECT_TRUE(forward.plan.row.block_rows) << "expected the forward a row a block: " << forward.plan.describe();
+  } else if (split_forward) {
     EXPECT_GT(forward.plan.row.split, 1) << "expected the forward on split rows: " << forward.plan.describe();
   } else {
     EXPECT_EQ(forward.plan.row.items, 0) << "expected the forward to stream: " << forward.plan.describe();
