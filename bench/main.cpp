@@ -854,6 +854,9 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   const std::int64_t element_bytes = std::int64_t(normkit::dtype_size(dtype));
   for (ForwardWalkTune& w : walks) {
     normkit::PlannerTable everywhere = best_table, never = best_table;
+    // these keys choose among the walks that the one-row-a-block walk (RowShape::block_rows) comes
+    // before: it is off in both tables (its own keys are not re-measured here)
+    everywhere.forward_block_rows_below_bytes = never.forward_block_rows_below_bytes = 0;
     everywhere.*w.min_bytes = 0;
     never.*w.min_bytes = std::numeric_limits<std::int64_t>::max();
     const bool rms = w.op == OpKind::RmsFwd;
