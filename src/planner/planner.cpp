@@ -132,10 +132,11 @@ bool forward_block_rows(RowShape& s, const Problem& p, const DeviceFacts& device
                                ? 4
                                : t.forward_block_rows_items_target;
   const int max_threads = std::min(device.max_threads_per_block, kBlockRowMaxThreads);
+  if (max_threads < kBlockRowMinThreads) return false;  // (std::clamp needs its bounds in order)
   const std::int64_t wanted = next_pow2(ceil_div(vectors, std::int64_t(items_target)));
   const int threads = int(std::clamp<std::int64_t>(wanted, kBlockRowMinThreads, max_threads));
   const std::int64_t items = next_pow2(ceil_div(vectors, std::int64_t(threads)));
-  if (threads < kBlockRowMinThreads || items > kBlockRowMaxItems) return false;
+  if (items > kBlockRowMaxItems) return false;
   RowShape out;
   out.vec = vector_width(p);
   out.items = int(items);

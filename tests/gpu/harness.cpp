@@ -892,40 +892,37 @@ const PlannerTable& forward_short_rows_table(bool short_rows) {
   return short_rows ? every_row : no_row;
 }
 
+namespace {
+/// `out` ran the built-in table's forward walk; this runs the walk that `flag` marks the other way
+/// (table_of(!flag) of the plan `out` ran), against the reference, and where the two plans differ,
+/// repeats the flagged walk's bits.
+void check_other_walk(const HostCase& hc, const DeviceCase& dc, const RefForward& ref, cudaStream_t stream,
+                      const ForwardOut& out, bool RowShape::*flag, const PlannerTable& (*table_of)(bool),
+                      const char* every_row, const char* no_row, const char* walk_name) {
+  const PlannerTable& other = table_of(!(out.plan.row.*flag));
+  const ForwardOut walk = gpu_forward(hc, dc, stream, &other);
+  const bool walk_flagged = walk.plan.row.*flag;
+  if (walk_flagged == out.plan.row.*flag) return;
+  SCOPED_TRACE(walk_flagged ? every_row : no_row);
+  expect_forward_matches(hc, walk, ref);
+  const ForwardOut& flagged = walk_flagged ? walk : out;
+  if (!testing::Test::HasFailure())
+    expect_same_bits(flagged, gpu_forward(hc, dc, stream, walk_flagged ? &other : nullptr), walk_name);
+}
+}  // namespace
+
 void check_forward(const HostCase& hc, const DeviceCase& dc, const RefForward& ref, cudaStream_t stream) {
   SCOPED_TRACE(hc.spec.name + " forward");
   const ForwardOut out = gpu_forward(hc, dc, stream);
   expect_forward_matches(hc, out, ref);
   // Short rows have two walks (RowShape::short_rows from forward_short_rows_min_bytes of x, the general
-  // walk below it): the call above ran the built-in table's, this one runs the other where the rows
-  // can take it, at any M. The short walk's bits repeat.
-  {
-    const PlannerTable& other = forward_short_rows_table(!out.plan.row.short_rows);
-    const ForwardOut walk = gpu_forward(hc, dc, stream, &other);
-    if (walk.plan.row.short_rows != out.plan.row.short_rows) {
-      SCOPED_TRACE(walk.plan.row.short_rows ? "every short row on the short-row walk" : "no short-row walk");
-      expect_forward_matches(hc, walk, ref);
-      const ForwardOut& short_walk = walk.plan.row.short_rows ? walk : out;
-      if (!testing::Test::HasFailure())
-        expect_same_bits(short_walk, gpu_forward(hc, dc, stream, walk.plan.row.short_rows ? &other : nullptr),
-                         "short-row walk");
-    }
-  }
-  // Rows of more than a warp's vectors have the one-row-a-block walk (RowShape::block_rows, below
-  // forward_block_rows_below_bytes of x) and the walks above it: this call runs the one the built-in
-  // table did not, at any M. The one-row-a-block walk's bits repeat.
-  {
-    const PlannerTable& other = forward_block_rows_table(!out.plan.row.block_rows);
-    const ForwardOut walk = gpu_forward(hc, dc, stream, &other);
-    if (walk.plan.row.block_rows != out.plan.row.block_rows) {
-      SCOPED_TRACE(walk.plan.row.block_rows ? "every row it can on the one-row-a-block walk" : "no one-row-a-block walk");
-      expect_forward_matches(hc, walk, ref);
-      const ForwardOut& block_walk = walk.plan.row.block_rows ? walk : out;
-      if (!testing::Test::HasFailure())
-        expect_same_bits(block_walk, gpu_forward(hc, dc, stream, walk.plan.row.block_rows ? &other : nullptr),
-                         "one-row-a-block walk");
-    }
-  }
+  // walk below it), and rows of more than a warp's vectors the one-row-a-block walk (RowShape::block_rows,
+  // below forward_block_rows_below_bytes of x) and the walks after it: each time the call above ran the
+  // built-in table's walk, this one runs the other where the rows can take it, at any M.
+  check_other_walk(hc, dc, ref, stream, out, &RowShape::short_rows, forward_short_rows_table,
+                   "every short row on the short-row walk", "no short-row walk", "short-row walk");
+  check_other_walk(hc, dc, ref, stream, out, &RowShape::block_rows, forward_block_rows_table,
+                   "every row it can on the one-row-a-block walk", "no one-row-a-block walk", "one-row-a-block walk");
   // Both row walks of a cached RMSNorm row, whichever the built-in table picks: the packed one
   // (RowShape::packed) where it can serve, and the staged / small-grid one. The call above ran the
   // built-in table's walk; this one runs the other. LayerNorm has one walk.
