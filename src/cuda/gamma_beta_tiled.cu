@@ -10,15 +10,17 @@ namespace normkit::cuda {
 namespace {
 
 /// One column strip of the tiled strategy (strip index `strip_index`), summed over all M rows by a
-/// block of 32 x by threads, this thread (tx, ty): writes dgamma / dbeta of the strip's columns.
+/// block of bx lanes x by thread rows (bx: a warp, or fewer where the planner narrows the strips,
+/// PlannerTable::tiled_min_strip_lanes), this thread (tx, ty): writes dgamma / dbeta of the strip's
+/// columns.
 template <typename T, typename W, bool kRms, int RPT, int VEC>
-__device__ __forceinline__ void tiled_strip(const BackwardParams<T, W>& p, int strip_index, int tx, int ty, int by,
-                                            float* smem) {
-  const int strip = strip_index * kWarpSize * VEC;
+__device__ __forceinline__ void tiled_strip(const BackwardParams<T, W>& p, int strip_index, int tx, int ty, int bx,
+                                            int by, float* smem) {
+  const int strip = strip_index * bx * VEC;
   const int col = strip + tx * VEC;
   float dgamma[VEC], dbeta[VEC];
   accumulate_columns<T, W, kRms, RPT, VEC>(p, col, 0, p.rows, ty, by, dgamma, dbeta);
-  sum_over_thread_rows<VEC>(dgamma, dbeta, p.dweight != nullptr, p.dbias != nullptr, smem, tx, ty, kWarpSize, by,
+  sum_over_thread_rows<VEC>(dgamma, dbeta, p.dweight != nullptr, p.dbias != nullptr, smem, tx, ty, bx, by,
                             [&](int which, int c, float total) {
                               if (strip + c < p.cols) (which == 0 ? p.dweight : p.dbias)[strip + c] = from_float<W>(total);
                             });
@@ -28,19 +30,21 @@ template <typename T, typename W, bool kRms, int RPT, int VEC>
 __global__ void __launch_bounds__(RPT > 8 ? kTiledLongUnrollMaxThreads : 1024) gamma_beta_tiled_kernel(const BackwardParams<T, W> p) {
   extern __shared__ float smem[];  // 2 * VEC * blockDim.x * blockDim.y
   allow_dependent_launch();
-  tiled_strip<T, W, kRms, RPT, VEC>(p, int(blockIdx.x), int(threadIdx.x), int(threadIdx.y), int(blockDim.y), smem);
+  tiled_strip<T, W, kRms, RPT, VEC>(p, int(blockIdx.x), int(threadIdx.x), int(threadIdx.y), int(blockDim.x),
+                                    int(blockDim.y), smem);
   wait_for_previous_kernel();  // launched next to dX: complete only after it (see common.cuh)
 }
 
 /// Plan::one_launch: blocks [0, dx_blocks) compute dX (the dX kernel's unstaged register-cached
 /// rows, RowShape plan.row laid out over this block size), the rest are the tiled column strips
 /// (scalar strips, RPT rows per thread, up to 16 in these blocks of at most kOneLaunchMaxThreads =
-/// kTiledLongUnrollMaxThreads) in 1-D blocks of 32 x by threads. The strips add in the tiled
+/// kTiledLongUnrollMaxThreads) in 1-D blocks of strip_lanes x by threads. The strips add in the tiled
 /// kernel's order (dgamma / dbeta: the same bits as the two launches); dX rows follow this launch's
 /// row layout, which may sum a row in another order than the dX kernel's layout (tested against
 /// the reference).
 template <typename T, typename W, bool kRms, int ITEMS, int VEC, int RPT>
-__global__ void __launch_bounds__(kOneLaunchMaxThreads) dx_and_tiled_kernel(const BackwardParams<T, W> p, int dx_blocks) {
+__global__ void __launch_bounds__(kOneLaunchMaxThreads)
+    dx_and_tiled_kernel(const BackwardParams<T, W> p, int dx_blocks, int strip_lanes) {
   extern __shared__ float smem[];  // the strips' 2 * blockDim.x floats
   if (int(blockIdx.x) < dx_blocks) {
     __shared__ float scratch_buffers[GroupScratch::kFloats];
@@ -50,8 +54,8 @@ __global__ void __launch_bounds__(kOneLaunchMaxThreads) dx_and_tiled_kernel(cons
     return;
   }
   const int tid = int(threadIdx.x);
-  tiled_strip<T, W, kRms, RPT, 1>(p, int(blockIdx.x) - dx_blocks, tid % kWarpSize, tid / kWarpSize,
-                                  int(blockDim.x) / kWarpSize, smem);
+  tiled_strip<T, W, kRms, RPT, 1>(p, int(blockIdx.x) - dx_blocks, tid % strip_lanes, tid / strip_lanes, strip_lanes,
+                                  int(blockDim.x) / strip_lanes, smem);
 }
 
 }  // namespace
@@ -112,10 +116,10 @@ void launch_dx_and_tiled(const BackwardProblem& p, const Plan& plan, cudaStream_
   // The planner's one-launch rule (planner.cpp, one_launch_shape) plans only these instances.
   if (plan.row.vec != kVec || c.vec != 1 || plan.row.stages != 0 || plan.row.split > 1) fail();
   auto launch = [&](auto items, auto rpt) {
-    void (*kernel)(BackwardParams<T, W>, int) = p.rms ? dx_and_tiled_kernel<T, W, true, items(), kVec, rpt()>
-                                                      : dx_and_tiled_kernel<T, W, false, items(), kVec, rpt()>;
+    void (*kernel)(BackwardParams<T, W>, int, int) = p.rms ? dx_and_tiled_kernel<T, W, true, items(), kVec, rpt()>
+                                                           : dx_and_tiled_kernel<T, W, false, items(), kVec, rpt()>;
     launch_kernel(kernel, grid, dim3(threads), smem, stream, LaunchMode{false}, "dx_and_tiled_kernel launch", params,
-                  int(plan.row.blocks));
+                  int(plan.row.blocks), c.block_x);
   };
   auto with_items = [&](auto items) {
     switch (c.rows_per_thread) {

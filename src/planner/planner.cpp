@@ -351,7 +351,7 @@ ColumnShape column_strips(const Problem& p, const PlannerTable& t, bool two_pass
   return c;
 }
 
-ColumnShape tiled_shape(const Problem& p, const PlannerTable& t) {
+ColumnShape tiled_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   ColumnShape c = column_strips(p, t, false);
   // The seed's bands: rows handled per block iteration grow with M so small M wastes no threads.
   if (p.rows < t.tile64_min_rows) {
@@ -368,6 +368,17 @@ ColumnShape tiled_shape(const Problem& p, const PlannerTable& t) {
   // rows per thread, 16 in blocks of at most kTiledLongUnrollMaxThreads): Tile-8 at M = 32 took four
   // round trips in series where one is enough; Tile-128 at M = 192 took two (8 rows a thread).
   if (c.vec == 1) {
+    // Strips of fewer lanes where the warp-wide ones leave at least half the SMs idle
+    // (tiled_min_strip_lanes, tiled_narrow_strips_min_rows); the block keeps its threads, so its
+    // thread rows double with each halving, and the band's rows a block iteration stay as they were
+    // (half the rows a thread, at least the next instance's).
+    while (c.block_x > t.tiled_min_strip_lanes && p.rows >= t.tiled_narrow_strips_min_rows &&
+           2 * c.col_blocks <= device.sm_count) {
+      c.block_x /= 2;
+      c.block_y *= 2;
+      c.rows_per_thread = std::max(1, c.rows_per_thread / 2);
+      c.col_blocks = ceil_div(std::max<std::int64_t>(p.cols, 1), c.columns_per_block());
+    }
     for (int rpt : {1, 4, 8, 16}) {
       if (rpt < c.rows_per_thread) continue;
       if (rpt == 16 && c.block_x * c.block_y > kTiledLongUnrollMaxThreads) break;
@@ -513,7 +524,7 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   // dX and tiled strips in one launch beat simple (dX + a second launch) on the few rows simple takes
   // (bf16 sweep at 4345a27, full backward, M = 1: 1.53 vs 1.79 us at N = 64, 1.65 vs 1.85 at 768).
   Plan tiled;
-  tiled.columns = tiled_shape(p, t);
+  tiled.columns = tiled_shape(p, device, t);
   one_launch_shape(tiled, p, device, t);
   if (tiled.one_launch) return Strategy::Tiled;
   // simple_min_cols was measured against scalar strips (one column per lane); vectorised strips read
@@ -672,7 +683,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
       out.columns.col_blocks = ceil_div(std::max<std::int64_t>(p.cols, 1), out.columns.block_x);
       break;
     case Strategy::Tiled:
-      out.columns = tiled_shape(p, t);
+      out.columns = tiled_shape(p, device, t);
       one_launch_shape(out, p, device, t);
       break;
     case Strategy::TwoPass:
@@ -695,7 +706,10 @@ std::string Plan::describe() const {
     os << "dx_only";
   } else {
     os << strategy_name(strategy);
-    if (strategy == Strategy::Tiled) os << " " << band_name(columns.band) << (one_launch ? " one-launch" : "");
+    if (strategy == Strategy::Tiled) {
+      os << " " << band_name(columns.band) << (one_launch ? " one-launch" : "");
+      if (columns.block_x < kWarpSize) os << " lanes=" << columns.block_x;
+    }
     if (strategy == Strategy::TwoPass) os << " parts=" << columns.row_parts;
     if ((strategy == Strategy::Tiled || strategy == Strategy::TwoPass) && columns.vec > 1) os << " cols=vec" << columns.vec;
     if (strategy == Strategy::Fused)
@@ -809,6 +823,10 @@ const TableKey kTableKeys[] = {
     }),
     key<&Table::programmatic_launch>("programmatic_launch"),
     key<&Table::column_vec_min_cols>("column_vec_min_cols"),
+    key<&Table::tiled_min_strip_lanes>("tiled_min_strip_lanes", [](long long v) {
+      return v == 8 || v == 16 || v == kWarpSize ? std::string() : "must be 8, 16 or " + std::to_string(kWarpSize);
+    }),
+    key<&Table::tiled_narrow_strips_min_rows>("tiled_narrow_strips_min_rows"),
     key<&Table::column_vec_two_pass_min_rows>("column_vec_two_pass_min_rows"),
     key_items<&Table::row_items_target, kMaxRowItems>("row_items_target"),
     key<&Table::row_block_threads>("row_block_threads", block_threads_check),

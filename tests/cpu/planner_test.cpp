@@ -165,9 +165,12 @@ TEST(Planner, TiledBandBoundaries) {
     // scalar strips (rows not vectorised): the seed's bands, at least 8 / 64 / 128 / 256 rows per
     // block iteration, more (up to 8 per thread, 16 in blocks of up to 512 threads) when that covers
     // M in fewer iterations
+    // (warp-wide strips; the narrower ones keep the block's threads: ScalarTiledStripsNarrow...)
     Problem scalar = backward(e.m, 1024);
     scalar.rows_vector_aligned = false;
-    const Plan plan = normkit::plan(scalar, DeviceFacts::h200(), Strategy::Tiled);
+    PlannerTable warp_wide;
+    warp_wide.tiled_min_strip_lanes = kWarpSize;
+    const Plan plan = normkit::plan(scalar, DeviceFacts::h200(), Strategy::Tiled, warp_wide);
     EXPECT_EQ(plan.columns.band, e.band) << "M = " << e.m;
     const int seed_rows =
         e.band == TileBand::Tile8 ? 8 : e.band == TileBand::Tile64 ? 64 : e.band == TileBand::Tile128 ? 128 : 256;
@@ -1608,6 +1611,68 @@ TEST(Planner, ColumnStripsReadSixteenBytesPerLaneWhenRowsAreVectorised) {
   // float32 rows: 4 columns per lane
   p.dtype = p.weight_dtype = DType::F32;
   EXPECT_EQ(normkit::plan(p, DeviceFacts::h200(), Strategy::Tiled).columns.vec, 4);
+}
+
+TEST(Planner, ScalarTiledStripsNarrowWhereTheyLeaveSmsIdle) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  // the built-in table: 16 lanes from 129 rows on, while at least half the SMs would have no strip
+  const auto lanes_of = [&](const Problem& p, const PlannerTable& t = PlannerTable{}) {
+    return normkit::plan(p, h200, Strategy::Tiled, t).columns.block_x;
+  };
+  EXPECT_EQ(lanes_of(backward(192, 1024, DType::BF16, {true, true, true})), 16);
+  EXPECT_EQ(lanes_of(backward(129, 512)), 16);
+  EXPECT_EQ(lanes_of(backward(600, 2048, DType::F32)), 16);
+  EXPECT_EQ(lanes_of(backward(128, 1024)), kWarpSize) << "eight rows a thread in warp-wide strips already";
+  EXPECT_EQ(lanes_of(backward(96, 768)), kWarpSize);
+  EXPECT_EQ(lanes_of(backward(255, 4096)), kWarpSize) << "128 strips: nearly every SM has one";
+  EXPECT_EQ(lanes_of(backward(192, 4000)), kWarpSize);
+  PlannerTable warp_wide;
+  warp_wide.tiled_min_strip_lanes = kWarpSize;
+  PlannerTable narrow;
+  narrow.tiled_narrow_strips_min_rows = 0;
+  for (int lanes : {32, 16, 8}) {
+    narrow.tiled_min_strip_lanes = lanes;
+    for (const Problem& p : {backward(192, 1024, DType::BF16, {true, true, true}), backward(32, 512),
+                             backward(700, 640, DType::F32), backward(7, 1001)}) {
+      const Plan wide = normkit::plan(p, h200, Strategy::Tiled, warp_wide);
+      const Plan plan = normkit::plan(p, h200, Strategy::Tiled, narrow);
+      SCOPED_TRACE(plan.describe());
+      EXPECT_EQ(wide.columns.block_x, kWarpSize);
+      // every strip count here leaves half the SMs idle at 32 and at 16 lanes: down to the table's lanes
+      EXPECT_EQ(plan.columns.block_x, lanes);
+      EXPECT_EQ(plan.columns.col_blocks, (p.cols + lanes - 1) / lanes);
+      EXPECT_EQ(plan.columns.block_x * plan.columns.block_y, wide.columns.block_x * wide.columns.block_y)
+          << "the block keeps its threads";
+      EXPECT_EQ(plan.columns.band, wide.columns.band);
+      if (plan.columns.band != TileBand::Tile256)
+        EXPECT_GE(plan.columns.rows_per_iteration(), p.rows) << "one block iteration below Tile-256";
+      EXPECT_EQ(plan.one_launch, wide.one_launch);
+      EXPECT_EQ(plan.describe().find(" lanes=") != std::string::npos, lanes != kWarpSize);
+    }
+  }
+  narrow.tiled_min_strip_lanes = 8;
+  // strips for at least half the SMs stay as they are: a warp wide, or 16 lanes where that is enough
+  EXPECT_EQ(lanes_of(backward(192, 8192), narrow), kWarpSize);
+  EXPECT_EQ(lanes_of(backward(192, 2048), narrow), 16);
+  // below tiled_narrow_strips_min_rows none narrow
+  narrow.tiled_narrow_strips_min_rows = 129;
+  EXPECT_EQ(lanes_of(backward(128, 1024), narrow), kWarpSize);
+  EXPECT_EQ(lanes_of(backward(129, 1024), narrow), 8);
+  // vectorised strips and the other strategies keep theirs
+  const Plan vectorised = normkit::plan(backward(256, 16384, DType::BF16), h200, Strategy::Tiled, narrow);
+  EXPECT_EQ(vectorised.columns.vec, 8);
+  EXPECT_EQ(vectorised.columns.block_x, kWarpSize);
+  EXPECT_EQ(normkit::plan(backward(4096, 1024), h200, Strategy::TwoPass, narrow).columns.block_x, kWarpSize);
+  EXPECT_EQ(normkit::plan(backward(1, 1024), h200, Strategy::Simple, narrow).columns.block_x,
+            normkit::plan(backward(1, 1024), h200, Strategy::Simple).columns.block_x);
+  // the keys: lanes 8, 16 or a warp
+  const std::string path = ::testing::TempDir() + "normkit_strip_lanes_table.txt";
+  { std::ofstream(path) << "tiled_min_strip_lanes = 8\ntiled_narrow_strips_min_rows = 64\n"; }
+  EXPECT_EQ(load_planner_table(path).tiled_min_strip_lanes, 8);
+  EXPECT_EQ(load_planner_table(path).tiled_narrow_strips_min_rows, 64);
+  { std::ofstream(path) << "tiled_min_strip_lanes = 12\n"; }
+  EXPECT_THROW(load_planner_table(path), Error);
+  std::remove(path.c_str());
 }
 
 TEST(Planner, ColumnStripsAreVectorisedOnlyWhereMeasuredFaster) {

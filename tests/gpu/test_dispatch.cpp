@@ -339,6 +339,55 @@ INSTANTIATE_TEST_SUITE_P(Dispatch, OneLaunch,
                                          padded(ln_spec("onelaunch_ln_M129_N768_f16_padded", 129, 768, DT::F16), 8)),
                          spec_name);
 
+// ---- tiled strips narrower than a warp (PlannerTable::tiled_min_strip_lanes, from
+// tiled_narrow_strips_min_rows rows on; 0 here): 16 and 8 lanes a strip against warp-wide ones, with dX
+// in one launch and without, gamma/beta alone, every band, odd N (a last strip with lanes past N),
+// unaligned rows (scalar dX), fp32 weights ----
+
+class NarrowStrips : public testing::TestWithParam<Spec> {};
+
+TEST_P(NarrowStrips, MatchReferenceWithTheSameBitsEveryRun) {
+  const Spec& spec = GetParam();
+  const auto hc = make_host_case(spec);
+  const DeviceCase dc = upload_case(*hc, test_stream());
+  const RefBackward ref = reference_backward(*hc);
+  PlannerTable warp_wide;
+  warp_wide.tiled_min_strip_lanes = kWarpSize;
+  for (Mask mask : {spec.full_mask(), Mask{false, true, !spec.rms}}) {
+    const BackwardOut wide = gpu_backward(*hc, dc, mask, Strategy::Tiled, test_stream(), WsMode::Explicit, &warp_wide);
+    ASSERT_TRUE(wide.ran) << wide.why_not;
+    ASSERT_EQ(wide.plan.columns.block_x, kWarpSize) << wide.plan.describe();
+    expect_backward_matches(*hc, wide, ref);
+    const int threads = wide.plan.columns.block_x * wide.plan.columns.block_y;
+    for (int lanes : {16, 8}) {
+      SCOPED_TRACE(std::to_string(lanes) + " lanes, " + mask_id(mask));
+      PlannerTable table;
+      table.tiled_min_strip_lanes = lanes;
+      table.tiled_narrow_strips_min_rows = 0;
+      const BackwardOut out = gpu_backward(*hc, dc, mask, Strategy::Tiled, test_stream(), WsMode::Explicit, &table);
+      ASSERT_TRUE(out.ran) << out.why_not;
+      ASSERT_EQ(out.plan.columns.block_x, lanes) << out.plan.describe();
+      EXPECT_EQ(out.plan.columns.block_x * out.plan.columns.block_y, threads) << "the block keeps its threads";
+      EXPECT_EQ(out.plan.one_launch, wide.plan.one_launch) << out.plan.describe();
+      expect_backward_matches(*hc, out, ref);
+      for (int run = 1; run < 3 && !HasFailure(); ++run)
+        expect_same_bits(out, gpu_backward(*hc, dc, mask, Strategy::Tiled, test_stream(), WsMode::Explicit, &table),
+                         "run " + std::to_string(run));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dispatch, NarrowStrips,
+                         testing::Values(ln_spec("narrow_ln_M32_N512_f16", 32, 512, DT::F16),
+                                         ln_spec("narrow_ln_M96_N768_bf16", 96, 768, DT::BF16),
+                                         rms_spec("narrow_rms_M192_N1024_bf16", 192, 1024, DT::BF16),
+                                         ln_spec("narrow_ln_M255_N1000_f32", 255, 1000, DT::F32),
+                                         with_weight_dtype(ln_spec("narrow_ln_M700_N640_bf16_w32", 700, 640, DT::BF16),
+                                                           DT::F32),
+                                         rms_spec("narrow_rms_M7_N1001_f16", 7, 1001, DT::F16),
+                                         padded(ln_spec("narrow_ln_M150_N264_f16_padded", 150, 264, DT::F16), 8)),
+                         spec_name);
+
 // The forward's small-grid walk (unstaged, up to 2 vectors a thread; forward.cu) sums a row in one
 // form per group width: a warp's butterfly, 2-4 warps reading each other's sums directly, wider groups
 // a second butterfly after a block barrier. A case for each width, against the reference, and the

@@ -391,5 +391,55 @@ INSTANTIATE_TEST_SUITE_P(
                     BlockRowsCase{rms_spec("rms_M14_N8192_bf16", 14, 8192, DT::BF16), 4, 256, 4}),
     [](const testing::TestParamInfo<BlockRowsCase>& info) { return info.param.spec.name; });
 
+// ---- LayerNorm rows far from zero: every forward walk's statistics keep their precision. Rows offset
+// by ~90 standard deviations (or the opposite way beside an outlier column at +3000, as in transformer
+// activations): a one-pass E[x^2] - mean^2 would lose ~1e-3 of the variance to cancellation, 100x the
+// statistics' tolerance (the walks sum x, then (x - mean)^2; docs/NOTES.md entry 54 measured a
+// one-chain merge of the lanes' moments, slower, not kept). Further offsets cost any fp32 forward its
+// y tolerance: the mean itself is then rounded by more than 1e-5 of a standard deviation. The
+// one-row-a-block walk at 1, 2 and 4 vectors a thread, and the walks it stands in for (check_forward) ----
+
+struct OffsetRowsCase {
+  Spec spec;
+  int items_target;  // PlannerTable::forward_block_rows_items_target
+  double center, halfwidth, outlier;
+};
+void PrintTo(const OffsetRowsCase& c, std::ostream* os) { *os << c.spec.name; }
+
+class OffsetRows : public testing::TestWithParam<OffsetRowsCase> {};
+
+TEST_P(OffsetRows, LayerNormStatisticsKeepTheirPrecision) {
+  const OffsetRowsCase& c = GetParam();
+  PlannerTable table = forward_block_rows_table(true);
+  table.forward_block_rows_items_target = c.items_target;
+  auto hc = make_host_case(c.spec);
+  const Spec& s = c.spec;
+  // Even rows around +center, odd rows around -1.05 center with an outlier column (7) at +outlier.
+  fill_random(hc->x, s.x_layout(), seed_of(s.name) ^ 5, c.center, c.halfwidth);
+  for (std::int64_t r = 1; r < s.M; r += 2) {
+    for (std::int64_t j = 0; j < s.N; ++j) {
+      const std::int64_t i = r * (s.N + s.pad_x) + s.offset + j;
+      hc->x.set(i, hc->x.get(i) - 1.05 * c.center);
+    }
+    hc->x.set(r * (s.N + s.pad_x) + s.offset + 7, c.outlier);
+  }
+  const DeviceCase dc = upload_case(*hc, test_stream());
+  const RefForward ref = reference_forward(*hc);
+  const ForwardOut out = gpu_forward(*hc, dc, test_stream(), &table);
+  ASSERT_TRUE(out.plan.row.block_rows) << out.plan.describe();
+  expect_forward_matches(*hc, out, ref);
+  expect_same_bits(out, gpu_forward(*hc, dc, test_stream(), &table), "second call");
+  check_forward(*hc, dc, ref);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Offset, OffsetRows,
+    testing::Values(OffsetRowsCase{ln_spec("ln_M6_N1024_f32_at_50", 6, 1024, DT::F32), 1, 50.0, 1.0, 3000.0},
+                    OffsetRowsCase{ln_spec("ln_M6_N776_f32_at_50", 6, 776, DT::F32), 2, 50.0, 1.0, 3000.0},
+                    OffsetRowsCase{ln_spec("ln_M5_N4104_f32_at_50", 5, 4104, DT::F32), 4, 50.0, 1.0, 3000.0},
+                    OffsetRowsCase{ln_spec("ln_M4_N768_bf16_at_100", 4, 768, DT::BF16), 2, 100.0, 4.0, 3000.0},
+                    OffsetRowsCase{ln_spec("ln_M4_N12296_f16_at_100", 4, 12296, DT::F16), 4, 100.0, 2.0, 3000.0}),
+    [](const testing::TestParamInfo<OffsetRowsCase>& info) { return info.param.spec.name; });
+
 }  // namespace
 }  // namespace normkit::gputest
