@@ -297,17 +297,24 @@ struct PlannerTable {
   /// slower at M <= 255; at N <= 1024 slower at every M (3-4 strips: 1.2-1.3x), sweeps at 57bda28
   /// (scalar) and 3adcbae (vectorised), docs/NOTES.md entry 15.
   std::int64_t column_vec_min_cols = 16384;
-  /// Scalar tiled strips narrower than a warp: while the strips would leave at least half the SMs
-  /// without one, from tiled_narrow_strips_min_rows rows on, the lanes halve (the thread rows double:
-  /// the block keeps its size) down to this many (a warp = never; 16 or 8). A warp then reads two or
-  /// four rows of 16 or 8 columns, each thread half the rows. bf16 / fp16, graph (docs/NOTES.md entry
-  /// 55): 16 lanes 0.85-0.93x at M = 129..600 for N = 512..2048 (full backward 192 x 1024 LayerNorm
-  /// 3.12 -> 2.80 us, gamma/beta 3.10 -> 2.88); 8 lanes worse than 16 at all but 600 x 1024 (and 1.4-
-  /// 1.7x slower at fp32 300 x 2048).
+  /// Scalar tiled strips narrower than a warp: while the strips would leave SMs without one (at most
+  /// tiled_narrow_max_strips_percent of the SM count have one; Tile-256: tiled256_...), from
+  /// tiled_narrow_strips_min_rows rows on, the lanes halve (the thread rows double: the block keeps
+  /// its size, each thread takes half the rows) down to this many (a warp = never; 16 or 8). A warp
+  /// then reads two or four rows of 16 or 8 columns. bf16 / fp16, graph (docs/NOTES.md entry 55):
+  /// 16 lanes 0.86-0.96x at M = 129..600 for N = 512..2048 (full backward 192 x 1024 LayerNorm bf16
+  /// 3.11 -> 2.78 us, gamma/beta 3.09 -> 2.88); 8 lanes worse than 16 at all but 600 x 1024 (and
+  /// 1.4-1.7x slower at fp32 300 x 2048).
   int tiled_min_strip_lanes = 16;
   /// ... from this M on: at M <= 128 (Tile-8 / Tile-64 bands, and 128 rows of Tile-128: eight rows a
   /// thread in warp-wide strips already) 16 lanes were 1.0-1.10x slower (64 x 2048 1.09x).
   std::int64_t tiled_narrow_strips_min_rows = 129;
+  /// ... while the strips are at most this share of the SM count (percent): 32 strips of 132 SMs
+  /// narrowed 0.89-0.96x (192 / 255 x 1024), 63 (Tile-128, 200 x 2000) 1.03-1.25x slower.
+  int tiled_narrow_max_strips_percent = 25;
+  /// ... Tile-256 (M >= tile256_min_rows, rows walked in block iterations): narrow strips also halve
+  /// the iterations, 64 strips narrowed 0.86-0.94x (300 x 2048).
+  int tiled256_narrow_max_strips_percent = 50;
   /// ... and for two-pass also from this many rows on, whatever N: its row parts restore the grid
   /// (N = 768..1024: 1.07-3x faster from M = 4097, 1.03-1.1x slower at M <= 1024; same sweeps).
   /// 4096 -> 1024 at entry 30 (881af14 + tables, bf16, graph): two-pass gamma/beta at M = 2048..3072

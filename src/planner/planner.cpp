@@ -368,12 +368,14 @@ ColumnShape tiled_shape(const Problem& p, const DeviceFacts& device, const Plann
   // rows per thread, 16 in blocks of at most kTiledLongUnrollMaxThreads): Tile-8 at M = 32 took four
   // round trips in series where one is enough; Tile-128 at M = 192 took two (8 rows a thread).
   if (c.vec == 1) {
-    // Strips of fewer lanes where the warp-wide ones leave at least half the SMs idle
-    // (tiled_min_strip_lanes, tiled_narrow_strips_min_rows); the block keeps its threads, so its
-    // thread rows double with each halving, and the band's rows a block iteration stay as they were
-    // (half the rows a thread, at least the next instance's).
+    // Strips of fewer lanes where the warp-wide ones leave most SMs idle (tiled_min_strip_lanes and
+    // the keys after it); the block keeps its threads, so its thread rows double with each halving,
+    // and the band's rows a block iteration stay as they were (half the rows a thread, at least the
+    // next instance's).
+    const int max_strips_percent =
+        c.band == TileBand::Tile256 ? t.tiled256_narrow_max_strips_percent : t.tiled_narrow_max_strips_percent;
     while (c.block_x > t.tiled_min_strip_lanes && p.rows >= t.tiled_narrow_strips_min_rows &&
-           2 * c.col_blocks <= device.sm_count) {
+           c.col_blocks * 100 <= std::int64_t(device.sm_count) * max_strips_percent) {
       c.block_x /= 2;
       c.block_y *= 2;
       c.rows_per_thread = std::max(1, c.rows_per_thread / 2);
@@ -827,6 +829,8 @@ const TableKey kTableKeys[] = {
       return v == 8 || v == 16 || v == kWarpSize ? std::string() : "must be 8, 16 or " + std::to_string(kWarpSize);
     }),
     key<&Table::tiled_narrow_strips_min_rows>("tiled_narrow_strips_min_rows"),
+    key<&Table::tiled_narrow_max_strips_percent>("tiled_narrow_max_strips_percent"),
+    key<&Table::tiled256_narrow_max_strips_percent>("tiled256_narrow_max_strips_percent"),
     key<&Table::column_vec_two_pass_min_rows>("column_vec_two_pass_min_rows"),
     key_items<&Table::row_items_target, kMaxRowItems>("row_items_target"),
     key<&Table::row_block_threads>("row_block_threads", block_threads_check),

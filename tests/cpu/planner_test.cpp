@@ -1628,8 +1628,10 @@ TEST(Planner, ScalarTiledStripsNarrowWhereTheyLeaveSmsIdle) {
   EXPECT_EQ(lanes_of(backward(192, 4000)), kWarpSize);
   PlannerTable warp_wide;
   warp_wide.tiled_min_strip_lanes = kWarpSize;
+  EXPECT_EQ(lanes_of(backward(200, 2000)), kWarpSize) << "63 strips: most SMs have one";
   PlannerTable narrow;
   narrow.tiled_narrow_strips_min_rows = 0;
+  narrow.tiled_narrow_max_strips_percent = narrow.tiled256_narrow_max_strips_percent = 100;
   for (int lanes : {32, 16, 8}) {
     narrow.tiled_min_strip_lanes = lanes;
     for (const Problem& p : {backward(192, 1024, DType::BF16, {true, true, true}), backward(32, 512),
@@ -1638,7 +1640,7 @@ TEST(Planner, ScalarTiledStripsNarrowWhereTheyLeaveSmsIdle) {
       const Plan plan = normkit::plan(p, h200, Strategy::Tiled, narrow);
       SCOPED_TRACE(plan.describe());
       EXPECT_EQ(wide.columns.block_x, kWarpSize);
-      // every strip count here leaves half the SMs idle at 32 and at 16 lanes: down to the table's lanes
+      // every strip count here is below the SM count at 32 and at 16 lanes: down to the table's lanes
       EXPECT_EQ(plan.columns.block_x, lanes);
       EXPECT_EQ(plan.columns.col_blocks, (p.cols + lanes - 1) / lanes);
       EXPECT_EQ(plan.columns.block_x * plan.columns.block_y, wide.columns.block_x * wide.columns.block_y)
@@ -1650,14 +1652,19 @@ TEST(Planner, ScalarTiledStripsNarrowWhereTheyLeaveSmsIdle) {
       EXPECT_EQ(plan.describe().find(" lanes=") != std::string::npos, lanes != kWarpSize);
     }
   }
-  narrow.tiled_min_strip_lanes = 8;
-  // strips for at least half the SMs stay as they are: a warp wide, or 16 lanes where that is enough
-  EXPECT_EQ(lanes_of(backward(192, 8192), narrow), kWarpSize);
-  EXPECT_EQ(lanes_of(backward(192, 2048), narrow), 16);
+  // the built-in shares of the SM count (25 %, Tile-256 50 %) with 8 lanes allowed: a strip count
+  // above the share stays as it is
+  PlannerTable eight;
+  eight.tiled_min_strip_lanes = 8;
+  EXPECT_EQ(lanes_of(backward(192, 8192), eight), kWarpSize);
+  EXPECT_EQ(lanes_of(backward(192, 1024), eight), 16);
+  EXPECT_EQ(lanes_of(backward(192, 512), eight), 8);
+  EXPECT_EQ(lanes_of(backward(600, 2048), eight), 16);
+  EXPECT_EQ(lanes_of(backward(600, 1024), eight), 8);
   // below tiled_narrow_strips_min_rows none narrow
-  narrow.tiled_narrow_strips_min_rows = 129;
-  EXPECT_EQ(lanes_of(backward(128, 1024), narrow), kWarpSize);
-  EXPECT_EQ(lanes_of(backward(129, 1024), narrow), 8);
+  EXPECT_EQ(lanes_of(backward(128, 1024), eight), kWarpSize);
+  EXPECT_EQ(lanes_of(backward(129, 1024), eight), 16);
+  narrow.tiled_min_strip_lanes = 8;
   // vectorised strips and the other strategies keep theirs
   const Plan vectorised = normkit::plan(backward(256, 16384, DType::BF16), h200, Strategy::Tiled, narrow);
   EXPECT_EQ(vectorised.columns.vec, 8);
@@ -1667,9 +1674,13 @@ TEST(Planner, ScalarTiledStripsNarrowWhereTheyLeaveSmsIdle) {
             normkit::plan(backward(1, 1024), h200, Strategy::Simple).columns.block_x);
   // the keys: lanes 8, 16 or a warp
   const std::string path = ::testing::TempDir() + "normkit_strip_lanes_table.txt";
-  { std::ofstream(path) << "tiled_min_strip_lanes = 8\ntiled_narrow_strips_min_rows = 64\n"; }
-  EXPECT_EQ(load_planner_table(path).tiled_min_strip_lanes, 8);
-  EXPECT_EQ(load_planner_table(path).tiled_narrow_strips_min_rows, 64);
+  { std::ofstream(path) << "tiled_min_strip_lanes = 8\ntiled_narrow_strips_min_rows = 64\n"
+                           "tiled_narrow_max_strips_percent = 40\ntiled256_narrow_max_strips_percent = 60\n"; }
+  const PlannerTable loaded = load_planner_table(path);
+  EXPECT_EQ(loaded.tiled_min_strip_lanes, 8);
+  EXPECT_EQ(loaded.tiled_narrow_strips_min_rows, 64);
+  EXPECT_EQ(loaded.tiled_narrow_max_strips_percent, 40);
+  EXPECT_EQ(loaded.tiled256_narrow_max_strips_percent, 60);
   { std::ofstream(path) << "tiled_min_strip_lanes = 12\n"; }
   EXPECT_THROW(load_planner_table(path), Error);
   std::remove(path.c_str());

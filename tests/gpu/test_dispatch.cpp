@@ -339,8 +339,8 @@ INSTANTIATE_TEST_SUITE_P(Dispatch, OneLaunch,
                                          padded(ln_spec("onelaunch_ln_M129_N768_f16_padded", 129, 768, DT::F16), 8)),
                          spec_name);
 
-// ---- tiled strips narrower than a warp (PlannerTable::tiled_min_strip_lanes, from
-// tiled_narrow_strips_min_rows rows on; 0 here): 16 and 8 lanes a strip against warp-wide ones, with dX
+// ---- tiled strips narrower than a warp (PlannerTable::tiled_min_strip_lanes; here at any M and
+// strip count): 16 and 8 lanes a strip against warp-wide ones, with dX
 // in one launch and without, gamma/beta alone, every band, odd N (a last strip with lanes past N),
 // unaligned rows (scalar dX), fp32 weights ----
 
@@ -364,6 +364,7 @@ TEST_P(NarrowStrips, MatchReferenceWithTheSameBitsEveryRun) {
       PlannerTable table;
       table.tiled_min_strip_lanes = lanes;
       table.tiled_narrow_strips_min_rows = 0;
+      table.tiled_narrow_max_strips_percent = table.tiled256_narrow_max_strips_percent = 100;
       const BackwardOut out = gpu_backward(*hc, dc, mask, Strategy::Tiled, test_stream(), WsMode::Explicit, &table);
       ASSERT_TRUE(out.ran) << out.why_not;
       ASSERT_EQ(out.plan.columns.block_x, lanes) << out.plan.describe();
