@@ -1,4 +1,5 @@
-// Strategy "tiled" (the seed's): one block per column strip (32 lanes of vec columns each) walks all
+// Strategy "tiled" (the seed's): one block per column strip (block_x lanes of vec columns each: a warp,
+// or 16 / 8 lanes where the planner narrows scalar strips, PlannerTable::tiled_min_strip_lanes) walks all
 // M rows with block_y thread rows, rows_per_thread of them unrolled per step (the band:
 // Tile-8/64/128/256 chosen by M in the planner), then reduces its thread rows in shared memory and
 // writes the result directly. Small problems with dX (Plan::one_launch) run the dX rows and the

@@ -334,7 +334,8 @@ bool device_holds_cluster(const DeviceFacts& device, int blocks) {
          (blocks <= device.max_cluster_blocks || blocks <= device.max_nonportable_cluster_blocks);
 }
 
-/// Column strips of the tiled and two-pass kernels: 32 lanes of `vec` columns each. Vectorised
+/// Column strips of the tiled and two-pass kernels: 32 lanes of `vec` columns each (tiled_shape may
+/// narrow scalar tiled strips afterwards). Vectorised
 /// strips read 16 bytes per lane (a warp reads 512 contiguous bytes of a row instead of 64 for
 /// bf16) but make vec times fewer strips, so they are used only where the sweeps measured them
 /// faster (PlannerTable::column_vec_min_cols, column_vec_two_pass_min_rows); every lane of a strip
