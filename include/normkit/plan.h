@@ -297,8 +297,16 @@ struct PlannerTable {
   /// slower at M <= 255; at N <= 1024 slower at every M (3-4 strips: 1.2-1.3x), sweeps at 57bda28
   /// (scalar) and 3adcbae (vectorised), docs/NOTES.md entry 15.
   std::int64_t column_vec_min_cols = 16384;
+  /// ... and for two-pass also from this many rows on, whatever N: its row parts restore the grid
+  /// (N = 768..1024: 1.07-3x faster from M = 4097, 1.03-1.1x slower at M <= 1024; same sweeps).
+  /// 4096 -> 1024 at entry 30 (881af14 + tables, bf16, graph): two-pass gamma/beta at M = 2048..3072
+  /// 1.2-1.65x faster for N = 512..8192 (RMSNorm 2048 x 2048 14.2 -> 8.7 us), at M = 1024 1.05-1.5x
+  /// for N = 768..8192 (LayerNorm 1024 x 2048 8.98 -> 6.97), and dX + two-pass 1024 x 512 6.72 ->
+  /// 5.03; slower only at 1024 x 512 gamma/beta (two strips: LayerNorm 4.67 -> 4.93, RMSNorm 4.27
+  /// -> 4.68). At M = 4096 it changes nothing.
+  std::int64_t column_vec_two_pass_min_rows = 1024;
   /// Scalar tiled strips narrower than a warp: while the strips would leave SMs without one (at most
-  /// tiled_narrow_max_strips_percent of the SM count have one; Tile-256: tiled256_...), from
+  /// tiled_narrow_max_strips_percent of the SM count have one; Tile-256: the key after it), from
   /// tiled_narrow_strips_min_rows rows on, the lanes halve (the thread rows double: the block keeps
   /// its size, each thread takes half the rows) down to this many (a warp = never; 16 or 8). A warp
   /// then reads two or four rows of 16 or 8 columns. bf16 / fp16, graph (docs/NOTES.md entry 55):
@@ -315,14 +323,6 @@ struct PlannerTable {
   /// ... Tile-256 (M >= tile256_min_rows, rows walked in block iterations): narrow strips also halve
   /// the iterations, 64 strips narrowed 0.86-0.94x (300 x 2048).
   int tiled256_narrow_max_strips_percent = 50;
-  /// ... and for two-pass also from this many rows on, whatever N: its row parts restore the grid
-  /// (N = 768..1024: 1.07-3x faster from M = 4097, 1.03-1.1x slower at M <= 1024; same sweeps).
-  /// 4096 -> 1024 at entry 30 (881af14 + tables, bf16, graph): two-pass gamma/beta at M = 2048..3072
-  /// 1.2-1.65x faster for N = 512..8192 (RMSNorm 2048 x 2048 14.2 -> 8.7 us), at M = 1024 1.05-1.5x
-  /// for N = 768..8192 (LayerNorm 1024 x 2048 8.98 -> 6.97), and dX + two-pass 1024 x 512 6.72 ->
-  /// 5.03; slower only at 1024 x 512 gamma/beta (two strips: LayerNorm 4.67 -> 4.93, RMSNorm 4.27
-  /// -> 4.68). At M = 4096 it changes nothing.
-  std::int64_t column_vec_two_pass_min_rows = 1024;
   // row kernels
   int row_items_target = 4;                  ///< vectors per thread aimed for when sizing a group
   int row_block_threads = 256;               ///< threads per block when several rows share a block (power of 2)

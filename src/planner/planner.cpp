@@ -826,13 +826,13 @@ const TableKey kTableKeys[] = {
     }),
     key<&Table::programmatic_launch>("programmatic_launch"),
     key<&Table::column_vec_min_cols>("column_vec_min_cols"),
+    key<&Table::column_vec_two_pass_min_rows>("column_vec_two_pass_min_rows"),
     key<&Table::tiled_min_strip_lanes>("tiled_min_strip_lanes", [](long long v) {
       return v == 8 || v == 16 || v == kWarpSize ? std::string() : "must be 8, 16 or " + std::to_string(kWarpSize);
     }),
     key<&Table::tiled_narrow_strips_min_rows>("tiled_narrow_strips_min_rows"),
     key<&Table::tiled_narrow_max_strips_percent>("tiled_narrow_max_strips_percent"),
     key<&Table::tiled256_narrow_max_strips_percent>("tiled256_narrow_max_strips_percent"),
-    key<&Table::column_vec_two_pass_min_rows>("column_vec_two_pass_min_rows"),
     key_items<&Table::row_items_target, kMaxRowItems>("row_items_target"),
     key<&Table::row_block_threads>("row_block_threads", block_threads_check),
     key_at_least_one<&Table::row_blocks_per_sm>("row_blocks_per_sm"),
