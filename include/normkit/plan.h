@@ -171,6 +171,14 @@ struct PlannerTable {
   std::int64_t two_pass_min_rows = 384;
   std::int64_t two_pass_min_rows_per_strip = 16;
   std::int64_t two_pass_min_rows_per_strip_with_dx = 24;
+  /// Gamma/beta alone on strips narrower than a warp (tiled_min_strip_lanes), below
+  /// column_vec_two_pass_min_rows rows: rows a strip, counted on the narrowed strips (with dX:
+  /// two_pass_min_rows_per_strip_with_dx on them). bf16 / fp32, graph, M = 384..1024, N = 264..2048
+  /// (docs/NOTES.md entry 56): tiled with 16-lane strips 0.72-0.93x two-pass up to 48 strips x 24 rows
+  /// (384 x 264, 512 x 512, 768 x 768 RMSNorm), two-pass ahead at 1024 x 768 / 1024; the warp-wide
+  /// rule (16 rows a warp-wide strip) had missed 93 of the 184 cells measured by > 3 % (worst 1.44x),
+  /// this one misses 10 (worst 1.11x: 600 x 768 LayerNorm bf16).
+  std::int64_t two_pass_min_rows_per_narrow_strip = 24;
   /// Tiled is taken at any M once its strips number at least this percent of the SMs (they fill the
   /// GPU; 100 = one strip per SM). bf16 sweep at 3440edf, gamma/beta alone, N = 4097 (129 strips on
   /// 132 SMs): tiled 0.58-0.96x two-pass at M = 255..65535. Vectorised strips count vec times in the

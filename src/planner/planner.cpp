@@ -543,8 +543,16 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   // 0.58-0.96x two-pass at every M of that sweep) -- unless two-pass reads 16 bytes a lane where
   // tiled reads one column (vectorised rows below column_vec_min_cols, from
   // column_vec_two_pass_min_rows rows): there two-pass wins (PlannerTable::tiled_full_grid_percent).
-  const std::int64_t per_strip = p.mask.dx ? t.two_pass_min_rows_per_strip_with_dx : t.two_pass_min_rows_per_strip;
-  const std::int64_t strip_work = tiled_strips.col_blocks * tiled_strips.vec;
+  // Strips narrower than a warp (tiled_min_strip_lanes) count as the strips they are, below
+  // column_vec_two_pass_min_rows rows where that was measured (two_pass_min_rows_per_narrow_strip):
+  // twice as many, each half as wide, they hold their own against two-pass longer. The full-grid test
+  // below keeps the warp-wide count.
+  const bool narrow_strips = tiled.columns.block_x < tiled_strips.block_x && p.rows < t.column_vec_two_pass_min_rows;
+  const std::int64_t per_strip = p.mask.dx      ? t.two_pass_min_rows_per_strip_with_dx
+                                 : narrow_strips ? t.two_pass_min_rows_per_narrow_strip
+                                                 : t.two_pass_min_rows_per_strip;
+  const ColumnShape& counted = narrow_strips ? tiled.columns : tiled_strips;
+  const std::int64_t strip_work = counted.col_blocks * counted.vec;
   const std::int64_t any_two_pass_rows = std::max(2 * t.two_pass_min_rows_per_part, t.two_pass_min_rows);
   const std::int64_t two_pass_rows = std::max(any_two_pass_rows, strip_work * per_strip);
   const bool two_pass_wider = column_strips(p, t, true).vec > tiled_strips.vec;
@@ -798,6 +806,7 @@ const TableKey kTableKeys[] = {
     key<&Table::two_pass_min_rows>("two_pass_min_rows"),
     key<&Table::two_pass_min_rows_per_strip>("two_pass_min_rows_per_strip"),
     key<&Table::two_pass_min_rows_per_strip_with_dx>("two_pass_min_rows_per_strip_with_dx"),
+    key<&Table::two_pass_min_rows_per_narrow_strip>("two_pass_min_rows_per_narrow_strip"),
     key<&Table::tiled_full_grid_percent>("tiled_full_grid_percent"),
     key<&Table::fused_enabled>("fused_enabled"),
     key<&Table::fused_min_bytes>("fused_min_bytes"),

@@ -199,12 +199,22 @@ TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
   // simple up to simple_max_rows
   EXPECT_EQ(strategy(t.simple_max_rows, 1024), Strategy::Simple);
   EXPECT_EQ(strategy(t.simple_max_rows + 1, 1024), Strategy::Tiled);
-  // two-pass from max(two_pass_min_rows, strips x two_pass_min_rows_per_strip) rows: N = 512 (16
-  // scalar strips) at two_pass_min_rows, N = 2048 (64 strips) at 64 x per_strip
+  // two-pass from max(two_pass_min_rows, strips x rows a strip): N = 512 at M >= 256 runs 32 strips
+  // of 16 lanes (tiled_min_strip_lanes), two_pass_min_rows_per_narrow_strip rows each; warp-wide
+  // strips (16 of them) two_pass_min_rows_per_strip each, so two_pass_min_rows; N = 2048 (64
+  // strips, warp-wide from column_vec_two_pass_min_rows rows) at 64 x per_strip
   ASSERT_GE(t.two_pass_min_rows, 2 * t.two_pass_min_rows_per_part);
   ASSERT_GE(t.two_pass_min_rows, 16 * t.two_pass_min_rows_per_strip);
-  EXPECT_EQ(strategy(t.two_pass_min_rows - 1, 512), Strategy::Tiled);
-  EXPECT_EQ(strategy(t.two_pass_min_rows, 512), Strategy::TwoPass);
+  ASSERT_EQ(normkit::plan(backward(511, 512), h200, Strategy::Tiled, t).columns.col_blocks, 32);
+  const std::int64_t cut512 = 32 * t.two_pass_min_rows_per_narrow_strip;
+  ASSERT_GT(cut512, t.two_pass_min_rows);
+  ASSERT_LT(cut512, t.column_vec_two_pass_min_rows);
+  EXPECT_EQ(strategy(cut512 - 1, 512), Strategy::Tiled);
+  EXPECT_EQ(strategy(cut512, 512), Strategy::TwoPass);
+  PlannerTable warp_wide = t;
+  warp_wide.tiled_min_strip_lanes = kWarpSize;
+  EXPECT_EQ(normkit::plan(backward(t.two_pass_min_rows - 1, 512), h200, Strategy::Auto, warp_wide).strategy, Strategy::Tiled);
+  EXPECT_EQ(normkit::plan(backward(t.two_pass_min_rows, 512), h200, Strategy::Auto, warp_wide).strategy, Strategy::TwoPass);
   const std::int64_t cut2048 = 64 * t.two_pass_min_rows_per_strip;
   ASSERT_GT(cut2048, t.two_pass_min_rows);
   EXPECT_EQ(strategy(cut2048 - 1, 2048), Strategy::Tiled);
@@ -213,9 +223,21 @@ TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
   auto with_dx = [&](std::int64_t m, std::int64_t n) {
     return normkit::plan(backward(m, n, DType::F16, {true, true, true}), h200, Strategy::Auto, t).strategy;
   };
-  const std::int64_t cut1024 = std::max(t.two_pass_min_rows, 32 * t.two_pass_min_rows_per_strip_with_dx);
+  // (N = 1024: 64 strips of 16 lanes x 24 rows would be 1536; two-pass reads 16 bytes a lane from
+  // column_vec_two_pass_min_rows rows, where tiled reads one column: two-pass from there)
+  ASSERT_LT(t.column_vec_two_pass_min_rows, 64 * t.two_pass_min_rows_per_strip_with_dx);
+  const std::int64_t cut1024 = t.column_vec_two_pass_min_rows;
   EXPECT_EQ(with_dx(cut1024 - 1, 1024), Strategy::Tiled);
   EXPECT_EQ(with_dx(cut1024, 1024), Strategy::TwoPass);
+  auto with_dx_unaligned = [&](std::int64_t m, std::int64_t n) {
+    Problem p = backward(m, n, DType::F16, {true, true, true});
+    p.rows_vector_aligned = false;
+    return normkit::plan(p, h200, Strategy::Auto, t).strategy;
+  };
+  // scalar strips for both: 64 narrowed strips x 24 rows below column_vec_two_pass_min_rows rows, the
+  // 32 warp-wide ones x 24 from there (the narrowed count was measured only below it)
+  EXPECT_EQ(with_dx_unaligned(t.column_vec_two_pass_min_rows - 1, 1024), Strategy::Tiled);
+  EXPECT_EQ(with_dx_unaligned(t.column_vec_two_pass_min_rows, 1024), Strategy::TwoPass);
   // ... and never once the column strips (32 lanes of 8 fp16 columns) alone fill the GPU: at least
   // tiled_full_grid_percent of its SMs (127 strips on the H200's 132)
   const std::int64_t strip = kWarpSize * 8;
@@ -1672,6 +1694,19 @@ TEST(Planner, ScalarTiledStripsNarrowWhereTheyLeaveSmsIdle) {
   EXPECT_EQ(normkit::plan(backward(4096, 1024), h200, Strategy::TwoPass, narrow).columns.block_x, kWarpSize);
   EXPECT_EQ(normkit::plan(backward(1, 1024), h200, Strategy::Simple, narrow).columns.block_x,
             normkit::plan(backward(1, 1024), h200, Strategy::Simple).columns.block_x);
+  // gamma/beta alone: narrowed strips count as what they are against two-pass, below
+  // column_vec_two_pass_min_rows rows (two_pass_min_rows_per_narrow_strip, the measured crossovers)
+  const auto auto_gb = [&](std::int64_t m, std::int64_t n, DType d = DType::BF16, const PlannerTable& t = PlannerTable{}) {
+    return normkit::plan(backward(m, n, d), h200, Strategy::Auto, t).strategy;
+  };
+  EXPECT_EQ(auto_gb(384, 264), Strategy::Tiled);
+  EXPECT_EQ(auto_gb(512, 512), Strategy::Tiled);
+  EXPECT_EQ(auto_gb(768, 768, DType::F32), Strategy::Tiled);
+  EXPECT_EQ(auto_gb(896, 1536), Strategy::Tiled);
+  EXPECT_EQ(auto_gb(1024, 768), Strategy::TwoPass);
+  EXPECT_EQ(auto_gb(1024, 1024), Strategy::TwoPass);
+  EXPECT_EQ(auto_gb(768, 512), Strategy::TwoPass) << "32 narrowed strips x 24 rows";
+  EXPECT_EQ(auto_gb(512, 512, DType::BF16, warp_wide), Strategy::TwoPass) << "warp-wide: 16 strips x 16 rows";
   // the keys: lanes 8, 16 or a warp
   const std::string path = ::testing::TempDir() + "normkit_strip_lanes_table.txt";
   { std::ofstream(path) << "tiled_min_strip_lanes = 8\ntiled_narrow_strips_min_rows = 64\n"
