@@ -677,16 +677,24 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   const std::vector<std::int64_t> simple_candidates = {0, 1, 2, 4, 8, 16, 32, 64};
   std::vector<std::int64_t> part_candidates;
   for (std::int64_t v = 8; v <= 16384; v *= 2) part_candidates.push_back(v);
+  // The rows a narrowed (16-lane) tiled strip holds before two-pass takes over: it only changes which
+  // of the strategies measured above is picked (the tiled shape is the table's own), so it is scored
+  // on the same points; the M = 2^k grid reaches it at M = 256 and 512 (below
+  // column_vec_two_pass_min_rows, from two_pass_min_rows).
+  const std::vector<std::int64_t> narrow_strip_candidates = {base.two_pass_min_rows_per_narrow_strip, 8, 12, 16, 32, 48};
   for (std::int64_t s : simple_candidates) {
     for (std::int64_t pr : part_candidates) {
-      normkit::PlannerTable cand = base;
-      cand.simple_max_rows = s;
-      cand.two_pass_min_rows_per_part = pr;
-      int miss = 0;
-      const double sc = score(cand, &miss);
-      if (miss == 0 && std::isfinite(sc) && sc < best_score - 1e-6) {
-        best_score = sc;
-        best_table = cand;
+      for (std::int64_t ns : narrow_strip_candidates) {
+        normkit::PlannerTable cand = base;
+        cand.simple_max_rows = s;
+        cand.two_pass_min_rows_per_part = pr;
+        cand.two_pass_min_rows_per_narrow_strip = ns;
+        int miss = 0;
+        const double sc = score(cand, &miss);
+        if (miss == 0 && std::isfinite(sc) && sc < best_score - 1e-6) {
+          best_score = sc;
+          best_table = cand;
+        }
       }
     }
   }
@@ -922,9 +930,11 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   md << "Score = geometric mean over points of (time of the strategy the planner would pick with fused disabled) / "
         "(fastest measured).\n\n";
   md << "- default table: simple_max_rows = " << base.simple_max_rows << ", two_pass_min_rows_per_part = "
-     << base.two_pass_min_rows_per_part << ", score " << fmt(default_score, 4) << "\n";
+     << base.two_pass_min_rows_per_part << ", two_pass_min_rows_per_narrow_strip = "
+     << base.two_pass_min_rows_per_narrow_strip << ", score " << fmt(default_score, 4) << "\n";
   md << "- tuned table:   simple_max_rows = " << best_table.simple_max_rows << ", two_pass_min_rows_per_part = "
-     << best_table.two_pass_min_rows_per_part << ", score " << fmt(best_score, 4) << "\n";
+     << best_table.two_pass_min_rows_per_part << ", two_pass_min_rows_per_narrow_strip = "
+     << best_table.two_pass_min_rows_per_narrow_strip << ", score " << fmt(best_score, 4) << "\n";
   md << "- fused vs best unfused, geometric mean over " << fused_points << " large shapes: " << fmt(fused_geo, 3)
      << " -> fused_enabled = " << (best_table.fused_enabled ? 1 : 0) << "\n\n";
   md << fused_table.markdown() << "\n";
