@@ -679,8 +679,8 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   for (std::int64_t v = 8; v <= 16384; v *= 2) part_candidates.push_back(v);
   // The rows a narrowed (16-lane) tiled strip holds before two-pass takes over: it only changes which
   // of the strategies measured above is picked (the tiled shape is the table's own), so it is scored
-  // on the same points; the M = 2^k grid reaches it at M = 256 and 512 (below
-  // column_vec_two_pass_min_rows, from two_pass_min_rows).
+  // on the same points; of the M = 2^k grid it decides only at M = 512 (from two_pass_min_rows, below
+  // column_vec_two_pass_min_rows).
   const std::vector<std::int64_t> narrow_strip_candidates = {base.two_pass_min_rows_per_narrow_strip, 8, 12, 16, 32, 48};
   for (std::int64_t s : simple_candidates) {
     for (std::int64_t pr : part_candidates) {

@@ -340,9 +340,9 @@ INSTANTIATE_TEST_SUITE_P(Dispatch, OneLaunch,
                          spec_name);
 
 // ---- tiled strips narrower than a warp (PlannerTable::tiled_min_strip_lanes; here at any M and
-// strip count): 16 and 8 lanes a strip against warp-wide ones, with dX
-// in one launch and without, gamma/beta alone, every band, odd N (a last strip with lanes past N),
-// unaligned rows (scalar dX), fp32 weights ----
+// strip count): 16 and 8 lanes a strip against warp-wide ones, with dX in one launch and without,
+// gamma/beta alone, every band, odd N (a last strip with lanes past N), unaligned rows (scalar dX),
+// fp32 weights ----
 
 class NarrowStrips : public testing::TestWithParam<Spec> {};
 
