@@ -266,8 +266,10 @@ __device__ __forceinline__ void dx_cached_rows(const BackwardParams<T, W>& p, co
   const W* weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
   WeightFragment<W, ITEMS, VEC> w;
   if constexpr (kKeepWeights) w.load(weight, g, walk.cols, 1.f);
-  __shared__ typename ClusterSum<2>::Storage cluster_storage;
-  ClusterSum<2> cluster(cluster_storage, p.split);
+  // RankLoop: the lane-per-rank sum spilled the 16-bit split instances (ClusterSum::receive)
+  using RowClusterSum = ClusterSum<2, RankSum::RankLoop>;
+  __shared__ typename RowClusterSum::Storage cluster_storage;
+  RowClusterSum cluster(cluster_storage, p.split);
   if constexpr (kSplit) cluster.start();
   walk_backward_rows<kStaged, kRms, ITEMS, VEC>(
       p, g, walk, [&](std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv,

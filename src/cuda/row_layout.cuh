@@ -230,12 +230,12 @@ struct RowWalk {
 /// already summed over its threads. Pushed, not pulled: send() has lane r < split of warp 0 store this
 /// block's values into slot [my rank] of rank r's shared memory with st.async, which completes bytes
 /// on rank r's mbarrier; receive() has every thread wait on its own block's mbarrier until all ranks'
-/// bytes have landed and add the slots in rank order, so every block gets the same bits. No cluster
-/// barrier per sum: its release fence made every thread wait for its own outstanding dX stores (ncu
-/// at the first split fused kernel: the membar and the cluster barrier wait were the top two stalls,
-/// and the pipeline depth changed nothing). sum() is send() then receive(); a walk may instead send
-/// the sums of row i + 1 before it receives those of row i (walk_backward_rows_deferred), so that the
-/// exchange of one row overlaps the work on the next.
+/// bytes have landed and add the slots in a fixed order (RankSum), so every block gets the same
+/// bits. No cluster barrier per sum: its release fence made every thread wait for its own
+/// outstanding dX stores (ncu at the first split fused kernel: the membar and the cluster barrier
+/// wait were the top two stalls, and the pipeline depth changed nothing). sum() is send() then
+/// receive(); a walk may instead send the sums of row i + 1 before it receives those of row i
+/// (walk_backward_rows_deferred), so that the exchange of one row overlaps the work on the next.
 /// kBuffers slot buffers (each with its mbarrier) are taken in turn. Why none is overwritten before
 /// it is read, with sends at most one ahead of receives: a block sends sum j after all its threads
 /// have received sum j - 2 (the block-wide row sum in between is a barrier), so every rank has sent
@@ -246,7 +246,13 @@ struct RowWalk {
 /// and is a cluster barrier (no rank stores into an uninitialised one); finish() is a cluster barrier
 /// before exit. Both, and every send and receive, must be reached by all threads of all blocks of the
 /// cluster, in the same order (a cluster walks the same rows).
-template <int K>
+/// How receive() adds the ranks' slots (both fixed orders, the same bits in every block).
+enum class RankSum {
+  LanePerRank,  // lane b reads rank b's slot, a warp sum adds them
+  RankLoop,     // every thread adds the slots in rank order
+};
+
+template <int K, RankSum kRankSum = RankSum::LanePerRank>
 struct ClusterSum {
   static constexpr int kBuffers = 4;
   struct Storage {
@@ -308,14 +314,32 @@ struct ClusterSum {
 #endif
   }
 
-  /// Waits for the oldest sum sent and not yet received and returns it in v, added in rank order.
+  /// Waits for the oldest sum sent and not yet received and returns it in v. LanePerRank: lane b of
+  /// each warp reads rank b's values (lanes past the cluster add zeros) and a warp sum adds them, so
+  /// every lane, warp and block gets the same bits (the same slots, the same butterfly); the loop
+  /// over the ranks in every thread (RankLoop) runs once a row, ~7 instructions a rank and value.
+  /// LanePerRank made the fused split walks 3-8 % faster (docs/NOTES.md entry 57), but it holds a
+  /// few more registers: the 16-bit split dX instances at 128 registers spilled 4-8 bytes and were
+  /// 3-15 % slower with it, so the dX kernel keeps RankLoop.
   __device__ __forceinline__ void receive(float (&v)[K]) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) v[k] = 0.f;
+    static_assert(kMaxFusedSplitBlocks <= kWarpSize && kMaxSplit <= kWarpSize, "a lane per rank");
     receive_slots([&](const auto& slots) {
-      for (int r = 0; r < split; ++r) {
+      if constexpr (kRankSum == RankSum::LanePerRank) {
+        const int b = int(threadIdx.x) % kWarpSize;
+        const bool in_cluster = b < split;
+        const int rank = in_cluster ? b : 0;  // lanes past the cluster read a real slot and add 0
 #pragma unroll
-        for (int k = 0; k < K; ++k) v[k] += slots[r][k];
+        for (int k = 0; k < K; ++k) {
+          const float mine = slots[rank][k];
+          v[k] = warp_sum(in_cluster ? mine : 0.f);
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < K; ++k) v[k] = 0.f;
+        for (int r = 0; r < split; ++r) {
+#pragma unroll
+          for (int k = 0; k < K; ++k) v[k] += slots[r][k];
+        }
       }
     });
   }
