@@ -58,12 +58,16 @@ __device__ __forceinline__ void accumulate_columns(const BackwardParams<T, W>& p
 /// (sweep at aa03ba5). Each sum adds the thread rows in order y = 0, 1, ... (same bits every run),
 /// its shared-memory loads unrolled so that they are in flight together. `smem` holds 2 * VEC *
 /// bx * by floats; every thread of the block must call it. The block is bx lanes x by
-/// thread rows, this thread (tx, ty) (a 2-D block, or a 1-D one laid out so: dx_and_tiled_kernel).
+/// thread rows, this thread (tx, ty) (a 2-D block, or a 1-D one laid out so: dx_and_tiled_kernel);
+/// bx a power of two (8, 16 or 32: the planner's strips), divided by with shifts: with bx a run-time
+/// value since the narrow strips (6f5e5f5), `% bx` and `/ bx` compiled to integer divisions in every
+/// tiled launch's epilogue, the critical path of the small ones (docs/NOTES.md entry 57).
 template <int VEC, typename Emit>
 __device__ __forceinline__ void sum_over_thread_rows(const float (&dgamma)[VEC], const float (&dbeta)[VEC], bool want_dgamma,
                                                      bool want_dbeta, float* smem, int tx, int ty, int bx, int by,
                                                      Emit&& emit) {
   const int plane = VEC * bx * by, slots = bx * VEC;
+  const int lane_shift = __ffs(bx) - 1;  // bx is a power of two: no integer division below
   __syncthreads();  // smem may still be read by a previous call
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
@@ -74,7 +78,7 @@ __device__ __forceinline__ void sum_over_thread_rows(const float (&dgamma)[VEC],
   for (int s = ty * bx + tx; s < 2 * slots; s += bx * by) {
     const int which = s < slots ? 0 : 1;
     if (which == 0 ? !want_dgamma : !want_dbeta) continue;
-    const int slot = s - which * slots, lane = slot % bx, i = slot / bx;
+    const int slot = s - which * slots, lane = slot & (bx - 1), i = slot >> lane_shift;
     const float* column = smem + which * plane + i * by * bx + lane;
     float total = 0.f;
 #pragma unroll 8

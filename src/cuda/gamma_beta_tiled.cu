@@ -54,9 +54,9 @@ __global__ void __launch_bounds__(kOneLaunchMaxThreads)
     dx_cached_rows<false, false, kRms, ITEMS, VEC>(p, RowGroup::of_this_thread(p.threads_per_row), walk, scratch);
     return;
   }
-  const int tid = int(threadIdx.x);
-  tiled_strip<T, W, kRms, RPT, 1>(p, int(blockIdx.x) - dx_blocks, tid % strip_lanes, tid / strip_lanes, strip_lanes,
-                                  int(blockDim.x) / strip_lanes, smem);
+  const int tid = int(threadIdx.x), lane_shift = __ffs(strip_lanes) - 1;  // a power of two: shifts, no division
+  tiled_strip<T, W, kRms, RPT, 1>(p, int(blockIdx.x) - dx_blocks, tid & (strip_lanes - 1), tid >> lane_shift,
+                                  strip_lanes, int(blockDim.x) >> lane_shift, smem);
 }
 
 }  // namespace
