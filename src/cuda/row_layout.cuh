@@ -226,6 +226,12 @@ struct RowWalk {
   }
 };
 
+/// How receive() adds the ranks' slots (both fixed orders, the same bits in every block).
+enum class RankSum {
+  LanePerRank,  // lane b reads rank b's slot, a warp sum adds them
+  RankLoop,     // every thread adds the slots in rank order
+};
+
 /// Sums over the blocks of this block's cluster (a split row, RowWalk) of values each block has
 /// already summed over its threads. Pushed, not pulled: send() has lane r < split of warp 0 store this
 /// block's values into slot [my rank] of rank r's shared memory with st.async, which completes bytes
@@ -246,12 +252,6 @@ struct RowWalk {
 /// and is a cluster barrier (no rank stores into an uninitialised one); finish() is a cluster barrier
 /// before exit. Both, and every send and receive, must be reached by all threads of all blocks of the
 /// cluster, in the same order (a cluster walks the same rows).
-/// How receive() adds the ranks' slots (both fixed orders, the same bits in every block).
-enum class RankSum {
-  LanePerRank,  // lane b reads rank b's slot, a warp sum adds them
-  RankLoop,     // every thread adds the slots in rank order
-};
-
 template <int K, RankSum kRankSum = RankSum::LanePerRank>
 struct ClusterSum {
   static constexpr int kBuffers = 4;
@@ -318,9 +318,9 @@ struct ClusterSum {
   /// each warp reads rank b's values (lanes past the cluster add zeros) and a warp sum adds them, so
   /// every lane, warp and block gets the same bits (the same slots, the same butterfly); the loop
   /// over the ranks in every thread (RankLoop) runs once a row, ~7 instructions a rank and value.
-  /// LanePerRank made the fused split walks 3-8 % faster (docs/NOTES.md entry 57), but it holds a
-  /// few more registers: the 16-bit split dX instances at 128 registers spilled 4-8 bytes and were
-  /// 3-15 % slower with it, so the dX kernel keeps RankLoop.
+  /// LanePerRank made the fused split walks of 4-8 ranks 1-8 % faster (docs/NOTES.md entry 57; at 2
+  /// ranks within 1 % either way), but it holds a few more registers: the 16-bit split dX instances
+  /// at 128 registers spilled 4-8 bytes and were 3-15 % slower with it, so the dX kernel keeps RankLoop.
   __device__ __forceinline__ void receive(float (&v)[K]) {
     static_assert(kMaxFusedSplitBlocks <= kWarpSize && kMaxSplit <= kWarpSize, "a lane per rank");
     receive_slots([&](const auto& slots) {
