@@ -1637,7 +1637,7 @@ TEST(Planner, ColumnStripsReadSixteenBytesPerLaneWhenRowsAreVectorised) {
 
 TEST(Planner, ScalarTiledStripsNarrowWhereTheyLeaveSmsIdle) {
   const DeviceFacts h200 = DeviceFacts::h200();
-  // the built-in table: 16 lanes from 129 rows on, while at least half the SMs would have no strip
+  // the built-in table: 16 lanes from 129 rows on, while the strips are at most 25 % of the SMs (Tile-256: 50 %)
   const auto lanes_of = [&](const Problem& p, const PlannerTable& t = PlannerTable{}) {
     return normkit::plan(p, h200, Strategy::Tiled, t).columns.block_x;
   };
