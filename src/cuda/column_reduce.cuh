@@ -58,32 +58,43 @@ __device__ __forceinline__ void accumulate_columns(const BackwardParams<T, W>& p
 /// (sweep at aa03ba5). Each sum adds the thread rows in order y = 0, 1, ... (same bits every run),
 /// its shared-memory loads unrolled so that they are in flight together. `smem` holds 2 * VEC *
 /// bx * by floats; every thread of the block must call it. The block is bx lanes x by
-/// thread rows, this thread (tx, ty) (a 2-D block, or a 1-D one laid out so: dx_and_tiled_kernel);
-/// bx a power of two (8, 16 or 32: the planner's strips), divided by with shifts: with bx a run-time
-/// value since the narrow strips (6f5e5f5), `% bx` and `/ bx` compiled to integer divisions in every
-/// tiled launch's epilogue, the critical path of the small ones (docs/NOTES.md entry 57).
+/// thread rows, this thread (tx, ty) (a 2-D block, or a 1-D one laid out so: dx_and_tiled_kernel).
+/// A thread row's VEC * bx sums lie in shared memory in column order (a thread's VEC contiguous,
+/// stored 16 bytes at a time), and thread s of the block sums column s: consecutive threads read
+/// consecutive words and emit consecutive columns, so a warp's stores of dgamma / dbeta (tiled) or of
+/// the fp32 partials (two-pass) are contiguous. Thread s summed column (s % bx) * VEC + s / bx
+/// before (docs/NOTES.md entry 58): with vectorised strips a warp's 32 stores then hit 32 sectors
+/// (fp32 partials) or 16 (16-bit outputs) where 4 or 2 hold the data.
 template <int VEC, typename Emit>
 __device__ __forceinline__ void sum_over_thread_rows(const float (&dgamma)[VEC], const float (&dbeta)[VEC], bool want_dgamma,
                                                      bool want_dbeta, float* smem, int tx, int ty, int bx, int by,
                                                      Emit&& emit) {
-  const int plane = VEC * bx * by, slots = bx * VEC;
-  const int lane_shift = __ffs(bx) - 1;  // bx is a power of two: no integer division below
+  const int row_columns = bx * VEC, plane = row_columns * by;
   __syncthreads();  // smem may still be read by a previous call
+  float* const mine = smem + (ty * bx + tx) * VEC;
+  if constexpr (VEC % 4 == 0) {  // 16-byte stores: a thread's slot is 16-byte aligned (VEC * 4 bytes)
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) {
-    smem[(i * by + ty) * bx + tx] = dgamma[i];
-    smem[plane + (i * by + ty) * bx + tx] = dbeta[i];
+    for (int i = 0; i < VEC; i += 4) {
+      *reinterpret_cast<float4*>(mine + i) = make_float4(dgamma[i], dgamma[i + 1], dgamma[i + 2], dgamma[i + 3]);
+      *reinterpret_cast<float4*>(mine + plane + i) = make_float4(dbeta[i], dbeta[i + 1], dbeta[i + 2], dbeta[i + 3]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      mine[i] = dgamma[i];
+      mine[plane + i] = dbeta[i];
+    }
   }
   __syncthreads();
-  for (int s = ty * bx + tx; s < 2 * slots; s += bx * by) {
-    const int which = s < slots ? 0 : 1;
+  for (int s = ty * bx + tx; s < 2 * row_columns; s += bx * by) {
+    const int which = s < row_columns ? 0 : 1;
     if (which == 0 ? !want_dgamma : !want_dbeta) continue;
-    const int slot = s - which * slots, lane = slot & (bx - 1), i = slot >> lane_shift;
-    const float* column = smem + which * plane + i * by * bx + lane;
+    const int c = s - which * row_columns;
+    const float* column = smem + which * plane + c;
     float total = 0.f;
 #pragma unroll 8
-    for (int y = 0; y < by; ++y) total += column[y * bx];  // fixed order
-    emit(which, lane * VEC + i, total);
+    for (int y = 0; y < by; ++y) total += column[y * row_columns];  // fixed order
+    emit(which, c, total);
   }
 }
 
