@@ -57,32 +57,37 @@ __device__ __forceinline__ void accumulate_columns(const BackwardParams<T, W>& p
 /// a single thread row summing all VEC columns serially was slower than the simple kernel at M = 7
 /// (sweep at aa03ba5). Each sum adds the thread rows in order y = 0, 1, ... (same bits every run),
 /// its shared-memory loads unrolled so that they are in flight together. `smem` holds 2 * VEC *
-/// bx * by floats; every thread of the block must call it. The block is bx lanes x by
-/// thread rows, this thread (tx, ty) (a 2-D block, or a 1-D one laid out so: dx_and_tiled_kernel).
+/// bx * by floats; every thread of the block must call it. The block is bx lanes (8, 16 or 32: the
+/// planner's strips) x by thread rows, this thread (tx, ty) (a 2-D block, or a 1-D one laid out so:
+/// dx_and_tiled_kernel).
 /// A thread row's VEC * bx sums lie in shared memory in column order (a thread's VEC contiguous,
 /// stored 16 bytes at a time), and thread s of the block sums column s: consecutive threads read
 /// consecutive words and emit consecutive columns, so a warp's stores of dgamma / dbeta (tiled) or of
 /// the fp32 partials (two-pass) are contiguous. Thread s summed column (s % bx) * VEC + s / bx
 /// before (docs/NOTES.md entry 58): with vectorised strips a warp's 32 stores then hit 32 sectors
-/// (fp32 partials) or 16 (16-bit outputs) where 4 or 2 hold the data.
+/// (fp32 partials) or 16 (16-bit outputs) where 4 or 2 hold the data. VEC = 8: a thread's two
+/// 16-byte halves trade places in lanes with bit 2 set (slot_of_column), so that each 16-byte store
+/// of 8 consecutive lanes covers the 32 banks once (32-byte strides a lane took two wavefronts each,
+/// and the bf16 strips measured 1-6 % slower for it).
 template <int VEC, typename Emit>
 __device__ __forceinline__ void sum_over_thread_rows(const float (&dgamma)[VEC], const float (&dbeta)[VEC], bool want_dgamma,
                                                      bool want_dbeta, float* smem, int tx, int ty, int bx, int by,
                                                      Emit&& emit) {
+  static_assert(VEC == 1 || VEC == 4 || VEC == 8, "column strips of 1 or 16 bytes a lane");
   const int row_columns = bx * VEC, plane = row_columns * by;
   __syncthreads();  // smem may still be read by a previous call
   float* const mine = smem + (ty * bx + tx) * VEC;
-  if constexpr (VEC % 4 == 0) {  // 16-byte stores: a thread's slot is 16-byte aligned (VEC * 4 bytes)
-#pragma unroll
-    for (int i = 0; i < VEC; i += 4) {
-      *reinterpret_cast<float4*>(mine + i) = make_float4(dgamma[i], dgamma[i + 1], dgamma[i + 2], dgamma[i + 3]);
-      *reinterpret_cast<float4*>(mine + plane + i) = make_float4(dbeta[i], dbeta[i + 1], dbeta[i + 2], dbeta[i + 3]);
-    }
+  if constexpr (VEC == 1) {
+    mine[0] = dgamma[0];
+    mine[plane] = dbeta[0];
   } else {
+    // half h of this lane's sums goes to 16-byte slot h ^ swap (slot_of_column); bx is a multiple of 8
+    const int swap = VEC == 8 ? (tx >> 2) & 1 : 0;
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      mine[i] = dgamma[i];
-      mine[plane + i] = dbeta[i];
+    for (int h = 0; h < VEC / 4; ++h) {
+      float* const slot = mine + 4 * (h ^ swap);
+      *reinterpret_cast<float4*>(slot) = make_float4(dgamma[4 * h], dgamma[4 * h + 1], dgamma[4 * h + 2], dgamma[4 * h + 3]);
+      *reinterpret_cast<float4*>(slot + plane) = make_float4(dbeta[4 * h], dbeta[4 * h + 1], dbeta[4 * h + 2], dbeta[4 * h + 3]);
     }
   }
   __syncthreads();
@@ -90,7 +95,9 @@ __device__ __forceinline__ void sum_over_thread_rows(const float (&dgamma)[VEC],
     const int which = s < row_columns ? 0 : 1;
     if (which == 0 ? !want_dgamma : !want_dbeta) continue;
     const int c = s - which * row_columns;
-    const float* column = smem + which * plane + c;
+    // column c = lane * 8 + i sits at lane * 8 + (i ^ 4) where bit 2 of the lane (bit 5 of c) is set
+    const int slot_of_column = VEC == 8 ? c ^ (((c >> 5) & 1) << 2) : c;
+    const float* column = smem + which * plane + slot_of_column;
     float total = 0.f;
 #pragma unroll 8
     for (int y = 0; y < by; ++y) total += column[y * row_columns];  // fixed order
