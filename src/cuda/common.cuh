@@ -458,6 +458,15 @@ __device__ __forceinline__ void load_shared_16(unsigned smem, P& out) {
   unsigned* w = reinterpret_cast<unsigned*>(&out);
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(smem));
 }
+/// 16 bytes to a shared_address() (16-byte aligned), volatile like load_shared_16: a later
+/// load_shared_16 of the same slot by this thread stays after it.
+template <typename P>
+__device__ __forceinline__ void store_shared_16(unsigned smem, const P& in) {
+  static_assert(sizeof(P) == 16, "16-byte stores");
+  const unsigned* w = reinterpret_cast<const unsigned*>(&in);
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(smem), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+               : "memory");
+}
 /// 4 bytes (a float) from a shared_address().
 __device__ __forceinline__ float load_shared_4(unsigned smem) {
   float v;

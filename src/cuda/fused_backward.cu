@@ -87,6 +87,25 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   const W* weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
   WeightFragment<W, kWide ? 1 : ITEMS, VEC> w;  // unused by the wide rows (they load per slot)
   if constexpr (kKeepWeights) w.load(weight, g, walk.cols, 1.f);
+  // Staged wide rows with 16-byte weight slots keep this thread's weights in shared memory after the
+  // row stages (the planner reserves them, fused_wide_weight_bytes): each slot's weights are read
+  // twice a row, and from global memory those reads went mostly to L2 beside 192 KB of stages. Each
+  // thread stores and reads only its own slots: no barrier. (Deferred walks stage no statistics, so
+  // the stages end at stages x 2 tensors x ITEMS slots a thread.)
+  constexpr bool kWeightsInSmem = kWide && kStaged && sizeof(Pack<W, VEC>) == 16;
+  static_assert(!kWeightsInSmem || kDeferred, "the weights follow stages without statistics");
+  unsigned weight_slots = 0;  // shared address of this thread's weight slot 0 (kWeightsInSmem)
+  if constexpr (kWeightsInSmem) {
+    weight_slots = opaque(shared_address(row_kernel_smem) +
+                          unsigned(p.stages * 2 * ITEMS * int(blockDim.x) + int(threadIdx.x)) * 16u);
+    if (weight != nullptr) {
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k) {
+        const int col = g.column<VEC>(k);
+        if (col < walk.cols) store_shared_16(weight_slots + unsigned(k) * blockDim.x * 16u, Pack<W, VEC>::load(weight + col));
+      }
+    }
+  }
   float acc_dgamma[ITEMS][VEC], acc_dbeta[ITEMS][VEC];
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k)
@@ -100,7 +119,14 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
     if constexpr (kWide) {
       const int col = g.column<VEC>(k);
       if (weight != nullptr && col < walk.cols) {
-        load_weight_vec<W, VEC>(weight + col, wk);
+        if constexpr (kWeightsInSmem) {
+          Pack<W, VEC> pack;
+          load_shared_16(weight_slots + unsigned(k) * blockDim.x * 16u, pack);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) wk[i] = pack.get(i);
+        } else {
+          load_weight_vec<W, VEC>(weight + col, wk);
+        }
       } else {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) wk[i] = 1.f;
@@ -298,6 +324,12 @@ void launch_fused_backward(const BackwardProblem& p, const Plan& plan, float* pa
       throw CudaError("normkit: internal error: no fused kernel instance with deferred_sums = " +
                       std::to_string(plan.deferred_sums) + " (" + plan.describe() + ")");
     const bool deferred = plan.deferred_sums;
+    // Staged wide rows keep their weights after the stages (kWeightsInSmem): the plan must hold them.
+    if constexpr (items() > kMaxFusedItems && staged() && sizeof(Pack<W, vec()>) == 16) {
+      const std::int64_t needed = (std::int64_t(plan.row.stages) * 2 + 1) * items() * plan.row.block_threads() * 16;
+      if (plan.row.smem_bytes < needed)
+        throw CudaError("normkit: internal error: a wide fused plan without room for its weights (" + plan.describe() + ")");
+    }
     void (*kernel)(BackwardParams<T, W>, float*, FusedFinish) =
         p.rms ? (deferred ? fused_backward_kernel<T, W, true, staged(), split(), items(), vec(), kCanDefer>
                           : fused_backward_kernel<T, W, true, staged(), split(), items(), vec(), kMustDefer>)

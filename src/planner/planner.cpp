@@ -189,10 +189,12 @@ int guaranteed_row_blocks_per_sm(const RowShape& s) {
 /// walks one iteration has nothing to overlap: it is not staged), nor more than
 /// PlannerTable::row_stage_bytes_per_sm asks (`extra_stage`: one stage more, for a walk that holds
 /// its previous row's stage or stalls once a row on its cluster). `floor_bytes` is dynamic memory
-/// the kernel needs anyway (fused: its block partial staging).
+/// the kernel needs anyway (fused: its block partial staging, which reuses the stages' memory after
+/// the walk); `after_stages_bytes` is memory a staged walk keeps next to its stages for the whole walk
+/// (fused wide rows: their weights), reserved only where the walk is staged.
 void plan_stages(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t, int tensors,
                  bool stats, int resident, std::int64_t grid_blocks, std::int64_t floor_bytes,
-                 bool extra_stage = false) {
+                 bool extra_stage = false, std::int64_t after_stages_bytes = 0) {
   // The row kernels' static shared memory, which the dynamic buffer follows: at most 1152 bytes (a
   // split kernel's GroupScratch and ClusterSum storage, 1056, rounded up to the buffer's 128-byte
   // alignment, row_kernel_smem).
@@ -207,7 +209,7 @@ void plan_stages(RowShape& s, const Problem& p, const DeviceFacts& device, const
   // (the opt-in limit counts the static memory too)
   const std::int64_t budget =
       std::min<std::int64_t>(device.smem_per_block_optin, device.smem_per_sm / resident - kSmemReservedPerBlock) -
-      kStaticScratch;
+      kStaticScratch - after_stages_bytes;
   // Row bytes the SM's resident blocks copy per stage (the statistics left out): stages beyond
   // row_stage_bytes_per_sm of them were measured slower, not faster. A walk that holds its previous
   // row's stage (deferred sums), or a split row's (fused_split_extra_stage_min_split), gets one on top.
@@ -220,7 +222,7 @@ void plan_stages(RowShape& s, const Problem& p, const DeviceFacts& device, const
   while (stages >= 2 && stages * per_stage > budget) --stages;
   if (stages < 2) return;
   s.stages = stages;
-  s.smem_bytes = std::max<std::int64_t>(floor_bytes, stages * per_stage);
+  s.smem_bytes = std::max<std::int64_t>(floor_bytes, stages * per_stage + after_stages_bytes);
 }
 
 /// Stages for the forward / dX row kernels; a staged grid is sized to the blocks that are resident
@@ -424,6 +426,16 @@ int partial_arrays(const Problem& p) {
 
 std::size_t partial_bytes(std::int64_t partial_rows, const Problem& p) {
   return std::size_t(partial_rows) * std::size_t(p.cols) * std::size_t(partial_arrays(p)) * sizeof(float);
+}
+
+/// Shared memory the fused kernel's staged wide rows (kFusedWideItems vectors a thread, split over a
+/// cluster) keep after their stages: the weights of the block's slice, one 16-byte pack per slot, where
+/// a slot's weights are 16 bytes (16-bit weights with 16-bit rows, fp32 with fp32). They read each
+/// slot's weights twice a row; from global memory that was mostly L2 traffic (L1 hit rate 28 % beside
+/// 192 KB of stages, docs/NOTES.md entries 28 and 59). 0 for every other row layout.
+std::int64_t fused_wide_weight_bytes(const Problem& p, const RowShape& s) {
+  if (s.items != kFusedWideItems || s.split < 2 || dtype_size(p.weight_dtype) * std::int64_t(s.vec) != 16) return 0;
+  return std::int64_t(s.block_threads()) * s.items * 16;
 }
 
 /// Row layout of the fused kernel: its fixed block, at most kMaxFusedItems vectors per thread; a
@@ -661,7 +673,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
     // blocks (and always when deferred, holding the previous row) they stage one row more.
     const bool extra_stage = defer || (split > 1 && split >= t.fused_split_extra_stage_min_split);
     plan_stages(out.row, p, device, t, 2, !defer, kFusedBlocksPerSm, out.row.blocks / split, partial_staging,
-                extra_stage);
+                extra_stage, fused_wide_weight_bytes(p, out.row));
     out.deferred_sums = defer && out.row.stages > 0;
     const std::int64_t walkers_planned = out.row.blocks / split;
     if (p.mask.any_gamma_beta() && walkers_planned > 1 && out.cluster_blocks == 0) {  // one walker writes directly

@@ -588,10 +588,20 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
     EXPECT_EQ(plan.partial_rows, h200.sm_count / c.split) << where;
     EXPECT_GT(plan.row.stages, 1) << where;
     EXPECT_TRUE(plan.deferred_sums) << where;  // wide rows defer at any split (they recompute anyway)
-    // deferred walks load the statistics themselves: three stages of x and dy alone, 192 KB, which
-    // leaves a 196 KB shared-memory carveout and 60 KB of L1 for the re-read weights (NOTES entry 28)
+    // deferred walks load the statistics themselves: three stages of x and dy alone, 192 KB, then the
+    // weights of the block's slice, one 16-byte pack a slot (weights of the rows' type: 16 bytes a
+    // slot), 32 KB more (NOTES entries 28 and 59)
+    const std::int64_t slot_bytes = std::int64_t(kFusedBlockThreads) * kFusedWideItems * 16;
     EXPECT_EQ(plan.row.stages, 3) << where;
-    EXPECT_EQ(plan.row.smem_bytes, 3 * std::int64_t(kFusedBlockThreads) * 2 * kFusedWideItems * 16) << where;
+    EXPECT_EQ(plan.row.smem_bytes, (3 * 2 + 1) * slot_bytes) << where;
+    EXPECT_LE(plan.row.smem_bytes + 1152, h200.smem_per_block_optin) << where;  // with the static scratch
+    if (c.t != DType::F32) {  // fp32 weights of 16-bit rows take 32 bytes a slot: read from global memory
+      Problem fp32_weights = p;
+      fp32_weights.weight_dtype = DType::F32;
+      const Plan mixed = normkit::plan(fp32_weights, h200, Strategy::Fused);
+      EXPECT_EQ(mixed.row.stages, 3) << where;
+      EXPECT_EQ(mixed.row.smem_bytes, 3 * 2 * slot_bytes) << where;
+    }
     // auto: fused for fp32, the unfused strategies with the split dX for 16-bit elements
     // (fused_wide_min_element_bytes), fused again where the dX kernel would stream the rows
     const bool fp32 = c.t == DType::F32;
