@@ -546,11 +546,13 @@ struct PlannerTable {
   /// Auto fuses rows of the fused kernel's wide layout (kFusedWideItems vectors a thread: above 65536
   /// 16-bit / 32768 fp32 columns) only for elements of at least this many bytes, where the dX kernel
   /// splits such rows too (row_split_wide_max); narrower elements take an unfused strategy with the
-  /// split dX (rows the dX kernel streams are fused at any M, whatever this key). H200, bf16, graph,
-  /// forced, best unfused / fused (docs/NOTES.md entry 40): LayerNorm 1024 / 2048 / 4096 x 262144
-  /// 0.90 / 0.90 / 0.92, 1024 / 4096 x 131072 0.90 / 0.90; RMSNorm 0.93-0.96; fp32 (131072 columns)
-  /// 1.04-1.06: fused stays. Forced fused still serves every such row.
-  int fused_wide_min_element_bytes = 4;
+  /// split dX (rows the dX kernel streams are fused at any M, whatever this key; the size rules still
+  /// decide below fused_bytes_min_rows). 4 from entry 40 (best unfused / fused 0.90-0.96 for 16-bit
+  /// rows) to entry 59, whose weights in shared memory made the wide walk 0.71-0.79x faster: H200,
+  /// graph, fused / unfused at c325898 (same call): LayerNorm bf16 4096 x 262144 2012 / 2556 us,
+  /// 1024 x 262144 531 / 651, 2048 x 131072 489 / 626; RMSNorm bf16 1849 / 2514, 481 / 637, 446 / 628;
+  /// fp16 alike. 2: every element size.
+  int fused_wide_min_element_bytes = 2;
 };
 
 const PlannerTable& default_planner_table();

@@ -531,8 +531,8 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
     RowShape dx_rows = row_kernel_shape(p, device, t);
     return dx_rows.items == 0 && !split_rows(dx_rows, p, device, t);
   }();
-  // Rows of the fused kernel's wide layout that the dX kernel splits: the unfused strategies win for
-  // narrow elements (PlannerTable::fused_wide_min_element_bytes).
+  // Rows of the fused kernel's wide layout that the dX kernel splits: unfused below
+  // PlannerTable::fused_wide_min_element_bytes (2 since NOTES entry 59: fused for every element size).
   const bool wide_unfused = !dx_streams && fused_layout_split.items == kFusedWideItems &&
                             std::int64_t(dtype_size(p.dtype)) < t.fused_wide_min_element_bytes;
   if (t.fused_enabled && (fused_size || dx_streams) && fused_layout && fused_rows && !wide_unfused) return Strategy::Fused;

@@ -602,23 +602,26 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
       EXPECT_EQ(mixed.row.stages, 3) << where;
       EXPECT_EQ(mixed.row.smem_bytes, 3 * 2 * slot_bytes) << where;
     }
-    // auto: fused for fp32, the unfused strategies with the split dX for 16-bit elements
-    // (fused_wide_min_element_bytes), fused again where the dX kernel would stream the rows
+    // auto: fused for every element size since NOTES entry 59 (fused_wide_min_element_bytes = 2); with
+    // the key at 4, the unfused strategies with the split dX for 16-bit elements, fused again where the
+    // dX kernel would stream the rows
     const bool fp32 = c.t == DType::F32;
     const Plan automatic = normkit::plan(p, h200);
-    EXPECT_EQ(automatic.strategy == Strategy::Fused, fp32) << where << ": " << automatic.describe();
-    if (!fp32) {
-      EXPECT_EQ(automatic.row.split, c.split) << where;
-      EXPECT_EQ(automatic.row.threads_per_row, kWideSplitBlockThreads) << where;
-    }
-    PlannerTable fuse_16bit, no_wide_dx;
-    fuse_16bit.fused_wide_min_element_bytes = 2;
+    EXPECT_EQ(automatic.strategy, Strategy::Fused) << where << ": " << automatic.describe();
+    PlannerTable unfuse_16bit = default_planner_table(), no_wide_dx = unfuse_16bit;
+    unfuse_16bit.fused_wide_min_element_bytes = 4;
+    no_wide_dx.fused_wide_min_element_bytes = 4;
     no_wide_dx.row_split_wide_max = 1;
-    EXPECT_EQ(normkit::plan(p, h200, Strategy::Auto, fuse_16bit).strategy, Strategy::Fused) << where;
+    const Plan unfused = normkit::plan(p, h200, Strategy::Auto, unfuse_16bit);
+    EXPECT_EQ(unfused.strategy == Strategy::Fused, fp32) << where << ": " << unfused.describe();
+    if (!fp32) {
+      EXPECT_EQ(unfused.row.split, c.split) << where;
+      EXPECT_EQ(unfused.row.threads_per_row, kWideSplitBlockThreads) << where;
+    }
     EXPECT_EQ(normkit::plan(p, h200, Strategy::Auto, no_wide_dx).strategy, Strategy::Fused) << where;
     DeviceFacts portable_only = h200;
     portable_only.max_nonportable_cluster_blocks = 0;
-    EXPECT_EQ(normkit::plan(p, portable_only).strategy == Strategy::Fused, c.split <= 8 && fp32) << where;
+    EXPECT_EQ(normkit::plan(p, portable_only).strategy == Strategy::Fused, c.split <= 8) << where;
     if (c.split > 8) EXPECT_THROW(normkit::plan(p, portable_only, Strategy::Fused), Error) << where;
   }
   // the key is read
