@@ -548,7 +548,7 @@ struct PlannerTable {
   /// splits such rows too (row_split_wide_max); narrower elements take an unfused strategy with the
   /// split dX (rows the dX kernel streams are fused at any M, whatever this key; the size rules still
   /// decide below fused_bytes_min_rows). 4 from entry 40 (best unfused / fused 0.90-0.96 for 16-bit
-  /// rows) to entry 59, whose weights in shared memory made the wide walk 0.71-0.79x faster: H200,
+  /// rows) to entry 59, whose weights in shared memory cut the wide walk's time to 0.71-0.79x: H200,
   /// graph, fused / unfused at c325898 (same call): LayerNorm bf16 4096 x 262144 2012 / 2556 us,
   /// 1024 x 262144 531 / 651, 2048 x 131072 489 / 626; RMSNorm bf16 1849 / 2514, 481 / 637, 446 / 628;
   /// fp16 alike. 2: every element size.
