@@ -247,8 +247,9 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
   const BackwardOut first = gpu_backward(*hc, dc, spec.full_mask(), Strategy::Auto, test_stream());
   ASSERT_TRUE(first.ran);
   ASSERT_GT(first.plan.row.split, 1) << "expected dX on split rows: " << first.plan.describe();
-  // fused on split rows too (auto takes it on the larger of these, not on 16-bit wide rows), forced: dX,
-  // dgamma, dbeta
+  // fused on split rows too (auto takes it on the larger of these; on 16-bit wide rows only from 1024
+  // rows, NOTES entry 59: these are fewer), forced: dX, dgamma, dbeta -- for wide rows the walk that
+  // keeps its weights in shared memory (16-byte weight slots) or reads them per slot (fp32 weights)
   const BackwardOut fused = gpu_backward(*hc, dc, spec.full_mask(), Strategy::Fused, test_stream());
   ASSERT_TRUE(fused.ran) << fused.why_not;
   ASSERT_GT(fused.plan.row.split, 1) << "expected fused on split rows: " << fused.plan.describe();
