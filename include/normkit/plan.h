@@ -514,6 +514,18 @@ struct PlannerTable {
   /// 212.5 / 211.3, 1024 x 131072 174 / 179 vs 232 / 231, 4096 x 262144 1572 / 1612 vs 1782 / 1777,
   /// 64 x 262144 33 / 34 vs 62.
   int forward_split_ln_max_thread_elements = 32;
+  /// Vectors a thread caches in the forward's wide split blocks (kWideSplitBlockThreads threads):
+  /// kSplitItems or kWideForwardSplitItems (forward_split_kernel has instances for both). More a thread
+  /// means smaller clusters for the same row: a 262144-column 16-bit row takes 8 blocks instead of 16,
+  /// and the H200 holds 16 clusters of 8 such blocks at once (128 SMs) but only 7 of 16 (112 SMs:
+  /// cudaOccupancyMaxActiveClusters). LayerNorm takes these only where forward_split_ln_max_thread_elements
+  /// allows them (else kSplitItems).
+  int forward_split_wide_items = 4;
+  /// Rows of at least this many 16-byte vectors take the wide split blocks even where the portable
+  /// layout (kSplitBlockThreads x kSplitItems vectors a block, up to a portable cluster) would hold
+  /// them (0: only rows that layout cannot hold). Why: that layout runs two blocks an SM, so its
+  /// clusters of 8 fill only 120 of the H200's 132 SMs (30 at once, docs/NOTES.md entry 52).
+  std::int64_t forward_split_wide_min_vectors = 0;
   /// The fused backward splits rows too long for one block (above kFusedBlockThreads x
   /// kMaxFusedItems vectors: 8192 16-bit / 4096 fp32 columns) over a cluster of up to this many
   /// blocks (RowShape::split, devices with clusters): each block caches its slice, accumulates
@@ -616,6 +628,9 @@ constexpr int kMaxSplit = kPortableClusterBlocks;
 /// of both kernels are built for this block (__launch_bounds__(kWideSplitBlockThreads, 1): 128
 /// registers a thread, the same budget as two kSplitBlockThreads blocks per SM).
 constexpr int kWideSplitBlockThreads = 512;
+/// The forward's wide split blocks may also cache this many vectors a thread
+/// (PlannerTable::forward_split_wide_items): 131072 16-bit / 65536 fp32 columns a block.
+constexpr int kWideForwardSplitItems = 8;
 /// Register budget of the row kernels: a block of T threads gets 65536 / T registers per thread
 /// (at most 255), and a thread holds its fragment and, for small fragments, its weights. A group
 /// caching more items per thread must therefore be smaller.

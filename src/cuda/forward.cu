@@ -625,7 +625,7 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
     check_launch("forward_short_rows_kernel");
     return;
   }
-  dispatch_row_shape<T, kMaxRowItems, true, kSplitItems, 0>(plan.row, [&](auto items, auto vec, auto staged, auto split) {
+  dispatch_row_shape<T, kMaxRowItems, true, kSplitItems, kWideForwardSplitItems>(plan.row, [&](auto items, auto vec, auto staged, auto split) {
     if constexpr (items() > 0 && !staged() && !split()) {
       if (plan.row.packed && p.rms) {
         rms_forward_packed_kernel<T, W, items(), vec()><<<grid, block, 0, stream>>>(params);

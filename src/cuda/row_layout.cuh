@@ -596,7 +596,7 @@ void dispatch_row_shape(const RowShape& shape, F&& f) {
       case 1: call(IntConst<1>{}, vec); return;
       case 2: call(IntConst<2>{}, vec); return;
       case 4: if constexpr (kMaxItems >= 4 || kWideSplitItems == 4) { call(IntConst<4>{}, vec); return; } break;
-      case 8: if constexpr (kMaxItems >= 8) { call(IntConst<8>{}, vec); return; } break;
+      case 8: if constexpr (kMaxItems >= 8 || kWideSplitItems == 8) { call(IntConst<8>{}, vec); return; } break;
       case 0: if constexpr (kStreaming) { call(IntConst<0>{}, vec); return; } break;
       default: break;
     }

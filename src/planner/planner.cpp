@@ -278,17 +278,24 @@ bool split_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const 
 }
 
 /// Forward rows too long to cache in one block, split over a cluster (PlannerTable::forward_split_max,
-/// from forward_split_min_vectors; LayerNorm up to forward_split_ln_max_thread_elements): the dX
-/// kernel's blocks up to a portable cluster, then kWideSplitBlockThreads-thread blocks over clusters up
-/// to DeviceFacts::max_nonportable_cluster_blocks (and kMaxFusedSplitBlocks).
+/// from forward_split_min_vectors; LayerNorm only where a thread holds at most
+/// forward_split_ln_max_thread_elements): the dX kernel's blocks up to a portable cluster (rows below
+/// forward_split_wide_min_vectors where that is set), then kWideSplitBlockThreads-thread blocks of
+/// forward_split_wide_items vectors a thread over clusters up to DeviceFacts::max_nonportable_cluster_blocks
+/// (and kMaxFusedSplitBlocks).
 bool forward_split_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   if (device.max_cluster_blocks < 2 || row_vectors(p) < t.forward_split_min_vectors) return false;
-  if (!is_rms(p.op) && kSplitItems * vector_width(p) > t.forward_split_ln_max_thread_elements) return false;
+  const auto thread_holds = [&](int items) {
+    return is_rms(p.op) || items * vector_width(p) <= t.forward_split_ln_max_thread_elements;
+  };
+  if (!thread_holds(kSplitItems)) return false;
   const int portable = std::min({t.forward_split_max, device.max_cluster_blocks, kPortableClusterBlocks});
-  if (split_row_over_cluster(s, p, device, kSplitBlockThreads, kSplitItems, portable)) return true;
+  const bool portable_layout = t.forward_split_wide_min_vectors == 0 || row_vectors(p) < t.forward_split_wide_min_vectors;
+  if (portable_layout && split_row_over_cluster(s, p, device, kSplitBlockThreads, kSplitItems, portable)) return true;
   const int wide = std::min({t.forward_split_max, std::max(device.max_cluster_blocks, device.max_nonportable_cluster_blocks),
                              kMaxFusedSplitBlocks});
-  return split_row_over_cluster(s, p, device, kWideSplitBlockThreads, kSplitItems, wide);
+  const int items = thread_holds(t.forward_split_wide_items) ? t.forward_split_wide_items : kSplitItems;
+  return split_row_over_cluster(s, p, device, kWideSplitBlockThreads, items, wide);
 }
 
 /// How the fused backward lays out a row too long for one block: `split` blocks of a cluster (1: the
@@ -898,6 +905,12 @@ const TableKey kTableKeys[] = {
     key<&Table::forward_split_max>("forward_split_max", largest_cluster_check),
     key<&Table::forward_split_min_vectors>("forward_split_min_vectors"),
     key<&Table::forward_split_ln_max_thread_elements>("forward_split_ln_max_thread_elements"),
+    key<&Table::forward_split_wide_items>("forward_split_wide_items", [](long long v) {
+      return v == kSplitItems || v == kWideForwardSplitItems
+                 ? std::string()
+                 : "must be " + std::to_string(kSplitItems) + " or " + std::to_string(kWideForwardSplitItems);
+    }),
+    key<&Table::forward_split_wide_min_vectors>("forward_split_wide_min_vectors"),
     key<&Table::fused_split_max>("fused_split_max", largest_cluster_check),
     key<&Table::fused_deferred_min_split>("fused_deferred_min_split"),
     key<&Table::fused_split_extra_stage_min_split>("fused_split_extra_stage_min_split"),

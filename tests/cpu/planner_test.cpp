@@ -1017,6 +1017,74 @@ TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
   std::remove(path.c_str());
 }
 
+// The forward's wide split blocks (kWideSplitBlockThreads threads) with kWideForwardSplitItems vectors a
+// thread (forward_split_wide_items): half the cluster a row needs, LayerNorm only where
+// forward_split_ln_max_thread_elements allows the elements; forward_split_wide_min_vectors sends rows the
+// portable layout holds to the wide blocks too.
+TEST(Planner, ForwardWideSplitBlocksCacheEightVectorsAThreadWhereTheTableAsks) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  auto forward_row = [](std::int64_t m, std::int64_t n, DType t, bool rms, const PlannerTable& table,
+                        const DeviceFacts& device = DeviceFacts::h200()) {
+    Problem p = backward(m, n, t);
+    p.op = rms ? Op::RmsNormForward : Op::LayerNormForward;
+    return normkit::plan(p, device, Strategy::Auto, table).row;
+  };
+  PlannerTable eight = without_block_rows();
+  eight.forward_split_wide_items = kWideForwardSplitItems;
+  PlannerTable eight_ln = eight;
+  eight_ln.forward_split_ln_max_thread_elements = 64;
+  // 262144 16-bit columns: 8 blocks of 512 threads x 8 vectors, 16 clusters of one block an SM; three
+  // stages of 64 KB (two copied ahead, the one the deferred walk holds)
+  for (bool rms : {true, false}) {
+    const RowShape r = forward_row(4096, 262144, DType::BF16, rms, eight_ln);
+    EXPECT_EQ(r.split, 8) << rms;
+    EXPECT_EQ(r.items, kWideForwardSplitItems) << rms;
+    EXPECT_EQ(r.threads_per_row, kWideSplitBlockThreads) << rms;
+    EXPECT_EQ(r.slice_cols, 32768) << rms;
+    EXPECT_EQ(r.blocks, std::int64_t(h200.sm_count) / 8 * 8) << rms;
+    EXPECT_EQ(r.stages, 3) << rms;
+    EXPECT_EQ(r.smem_bytes, 3 * std::int64_t(kWideSplitBlockThreads) * kWideForwardSplitItems * 16) << rms;
+  }
+  // LayerNorm 16-bit rows under the default element cap (32): the 4-vector blocks, 16 a row
+  EXPECT_EQ(forward_row(4096, 262144, DType::BF16, true, eight).items, kWideForwardSplitItems);
+  EXPECT_EQ(forward_row(4096, 262144, DType::BF16, false, eight).items, kSplitItems);
+  EXPECT_EQ(forward_row(4096, 262144, DType::BF16, false, eight).split, 16);
+  // fp32 rows (32 elements a thread): LayerNorm too; 131072 columns in 8 blocks, 65540 (16385 vectors) in
+  // 5 with a short last slice
+  EXPECT_EQ(forward_row(300, 131072, DType::F32, false, eight).split, 8);
+  EXPECT_EQ(forward_row(300, 131072, DType::F32, false, eight).items, kWideForwardSplitItems);
+  EXPECT_EQ(forward_row(300, 65540, DType::F32, true, eight).split, 5);
+  EXPECT_EQ(forward_row(300, 65540, DType::F32, true, eight).slice_cols, 13108);
+  // rows the portable layout holds keep it unless forward_split_wide_min_vectors sends them on
+  EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, eight).threads_per_row, kSplitBlockThreads);
+  PlannerTable wide_from = eight;
+  wide_from.forward_split_wide_min_vectors = 8192;
+  wide_from.forward_split_min_vectors = 4096;  // (65528 columns, 8191 vectors, split at all)
+  EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, wide_from).split, 2);
+  EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, wide_from).threads_per_row, kWideSplitBlockThreads);
+  EXPECT_EQ(forward_row(2048, 65528, DType::BF16, true, wide_from).threads_per_row, kSplitBlockThreads);
+  wide_from.forward_split_wide_items = kSplitItems;
+  EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, wide_from).split, 4);
+  // a device without clusters above the portable size splits 262144 16-bit columns over 8 such blocks
+  DeviceFacts portable_only = h200;
+  portable_only.max_nonportable_cluster_blocks = 0;
+  EXPECT_EQ(forward_row(64, 262144, DType::BF16, true, eight, portable_only).split, 8);
+  EXPECT_EQ(forward_row(64, 262144, DType::BF16, true, without_block_rows(), portable_only).items, 0);
+  // the keys are read; the items must be ones forward_split_kernel has instances for
+  const std::string path = ::testing::TempDir() + "normkit_forward_wide_items_table.txt";
+  { std::ofstream(path) << "forward_split_wide_items = 8\nforward_split_wide_min_vectors = 8192\n"; }
+  EXPECT_EQ(load_planner_table(path).forward_split_wide_items, 8);
+  EXPECT_EQ(load_planner_table(path).forward_split_wide_min_vectors, 8192);
+  { std::ofstream(path) << "forward_split_wide_items = 6\n"; }
+  try {
+    load_planner_table(path);
+    ADD_FAILURE() << "forward_split_wide_items = 6 must be rejected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("forward_split_wide_items"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
 // Forward rows of kShortRowMaxLanes + 1 .. kBlockRowMaxThreads x kBlockRowMaxItems 16-byte vectors take
 // the one-row-a-block walk while x has fewer than forward_block_rows_below_bytes: the next power of two
 // of vectors / forward_block_rows_items_target threads (64 .. 512), more vectors a thread where the row
@@ -1824,6 +1892,8 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.forward_split_max = 3;
   t.forward_split_min_vectors = 77;
   t.forward_split_ln_max_thread_elements = 99;
+  t.forward_split_wide_items = 8;
+  t.forward_split_wide_min_vectors = 12345;
   t.rms_forward_packed_min_bytes = 4097;
   t.forward_packed_items_target = 4;
   t.forward_packed_block_threads = 128;

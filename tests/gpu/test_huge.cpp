@@ -174,25 +174,43 @@ const PlannerTable& split_every_forward_row() {
   return table;
 }
 
-/// The forward on split rows under split_every_forward_row(): against the reference, split as
-/// expected, the same bits in repeated calls.
+/// The same with the wide split blocks for every split row, kWideForwardSplitItems vectors a thread
+/// (PlannerTable::forward_split_wide_items): the forward_split_kernel instances of 8 vectors.
+const PlannerTable& split_every_forward_row_wide() {
+  static const PlannerTable table = [] {
+    PlannerTable t = split_every_forward_row();
+    t.forward_split_wide_items = kWideForwardSplitItems;
+    t.forward_split_wide_min_vectors = 1;
+    return t;
+  }();
+  return table;
+}
+
+/// The forward on split rows under split_every_forward_row() and split_every_forward_row_wide():
+/// against the reference, split as expected, the same bits in repeated calls.
 void check_split_forward(const Spec& spec) {
-  SCOPED_TRACE(spec.name + " forward, every row split");
   const auto hc = make_host_case(spec);
   const DeviceCase dc = upload_case(*hc, test_stream());
-  const ForwardOut out = gpu_forward(*hc, dc, test_stream(), &split_every_forward_row());
-  ASSERT_GT(out.plan.row.split, 1) << out.plan.describe();
-  expect_forward_matches(*hc, out, reference_forward(*hc));
-  for (int run = 1; run < 3 && !testing::Test::HasFailure(); ++run) {
-    expect_same_bits(out, gpu_forward(*hc, dc, test_stream(), &split_every_forward_row()),
-                     "split forward run " + std::to_string(run));
+  for (const PlannerTable* table : {&split_every_forward_row(), &split_every_forward_row_wide()}) {
+    const bool wide = table == &split_every_forward_row_wide();
+    SCOPED_TRACE(spec.name + (wide ? " forward, every row split, 8 vectors a thread" : " forward, every row split"));
+    const ForwardOut out = gpu_forward(*hc, dc, test_stream(), table);
+    ASSERT_GT(out.plan.row.split, 1) << out.plan.describe();
+    if (wide) {
+      EXPECT_EQ(out.plan.row.items, kWideForwardSplitItems) << out.plan.describe();
+      EXPECT_EQ(out.plan.row.threads_per_row, kWideSplitBlockThreads) << out.plan.describe();
+    }
+    expect_forward_matches(*hc, out, reference_forward(*hc));
+    for (int run = 1; run < 3 && !testing::Test::HasFailure(); ++run)
+      expect_same_bits(out, gpu_forward(*hc, dc, test_stream(), table), "split forward run " + std::to_string(run));
+    if (testing::Test::HasFailure()) return;
   }
 }
 
 TEST_P(WideRows, ForwardAndBackwardMatchReference) {
   check_forward_and_backward(GetParam());
   if (HasFailure()) return;
-  check_split_forward(GetParam());  // 16 blocks a row (unstaged for M = 1, 3, 8)
+  check_split_forward(GetParam());  // 16 (8 with 8 vectors a thread) blocks a row (unstaged for M = 1, 3, 8)
 }
 
 INSTANTIATE_TEST_SUITE_P(Wide, WideRows,
