@@ -34,6 +34,15 @@ struct ForwardParams {
   int slice_cols;  // RowShape::slice_cols: columns per block of a split row
 };
 
+/// The bias a forward kernel reads: none for RMSNorm (ForwardProblem never has one). A null known at
+/// compile time lets the compiler drop the bias's loads, conversions and fallback moves, which a test
+/// of the pointer at run time leaves in every slot of every row (SASS: the RMSNorm split walk's loop
+/// 1077 -> 840 instructions, bf16 4 x 8).
+template <bool kRms, typename T, typename W>
+__device__ __forceinline__ const W* forward_bias(const ForwardParams<T, W>& p) {
+  return kRms ? nullptr : p.bias;
+}
+
 /// The forward's row sums take the block-barrier form (row_group_sum says why): the staged and wide
 /// walks throughout, and the split and packed kernels.
 constexpr bool kForwardGroupLocal = false;
@@ -108,7 +117,7 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
     WeightFragment<W, ITEMS, VEC> w, b;
     if constexpr (kKeepWeights) {
       w.load(p.weight, g, p.cols, 1.f);
-      b.load(p.bias, g, p.cols, 0.f);
+      b.load(forward_bias<kRms>(p), g, p.cols, 0.f);
     }
     // The lane's valid slots are the same in every row: counted once.
     const int valid_vectors = lane_vectors<ITEMS, VEC>(g, p.cols);
@@ -116,7 +125,7 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
     auto body = [&](auto direct, std::int64_t r, bool active, const RowFragment<T, ITEMS, VEC>& xv) {
       if constexpr (!kKeepWeights) {  // issued next to the row's loads, used after the row sums
         w.load(p.weight, g, p.cols, 1.f);
-        b.load(p.bias, g, p.cols, 0.f);
+        b.load(forward_bias<kRms>(p), g, p.cols, 0.f);
       }
       float x[ITEMS][VEC];  // converted once; padding slots (and inactive groups) hold 0 (LN: then x - mean)
 #pragma unroll
@@ -222,11 +231,12 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
             g, p.cols, [&](int u, int col) { xs.load(u, x_row + col); },
             [&](int u, int col) {
               float w[VEC], b[VEC], y[VEC];
+              const W* const bias = forward_bias<kRms>(p);
               if (p.weight != nullptr) load_weight_vec<W, VEC>(p.weight + col, w);
-              if (p.bias != nullptr) load_weight_vec<W, VEC>(p.bias + col, b);
+              if (bias != nullptr) load_weight_vec<W, VEC>(bias + col, b);
 #pragma unroll
               for (int i = 0; i < VEC; ++i)
-                y[i] = (xs.at(u, i) - mean) * rstd * (p.weight != nullptr ? w[i] : 1.f) + (p.bias != nullptr ? b[i] : 0.f);
+                y[i] = (xs.at(u, i) - mean) * rstd * (p.weight != nullptr ? w[i] : 1.f) + (bias != nullptr ? b[i] : 0.f);
               store_vec<T, VEC>(y_row + col, y);
             });
         if (g.lane == 0) {
@@ -352,7 +362,7 @@ __global__ void __launch_bounds__(kShortRowBlockThreads, short_row_min_blocks(IT
     if (col >= p.cols) break;  // later slots are further right
     float w[VEC], b[VEC];
     load_weight_vec_or<W, VEC>(p.weight, col, 1.f, w);
-    load_weight_vec_or<W, VEC>(p.bias, col, 0.f, b);
+    load_weight_vec_or<W, VEC>(forward_bias<kRms>(p), col, 0.f, b);
 #pragma unroll
     for (int j = 0; j < kRows; ++j) {
       const std::int64_t r = first + std::int64_t(j) * kGroups;
@@ -401,7 +411,7 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
   const float inv_n = p.inv_cols;
   const float inv_slice = walk.cols > 0 ? 1.f / float(walk.cols) : 0.f;
   const W* const weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
-  const W* const bias = p.bias != nullptr ? p.bias + walk.col0 : nullptr;
+  const W* const bias = forward_bias<kRms>(p) != nullptr ? p.bias + walk.col0 : nullptr;  // LayerNorm's only
   // Weight and bias are read slot by slot where y uses them (L1 hits after the first row): kept in
   // registers for the whole walk, next to the deferred walk's state, they made ptxas spill 104-112
   // bytes in the staged 16-bit instances; loaded as whole fragments with each row, 8-48 bytes with
@@ -482,13 +492,13 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       if constexpr (kRms) {
-        // RMSNorm reads its weight with a fallback of 1 for a missing one (and a bias of 0): the
-        // tested form below measured 1-5 % slower for it (A/B at 20196c0, 1024 x 131072 and 4096 x
-        // 262144 bf16 / fp16), where it made LayerNorm's rows faster.
-        float wk[VEC], bk[VEC];
+        // RMSNorm reads its weight with a fallback of 1 for a missing one: the tested form below
+        // measured 1-5 % slower for it (A/B at 20196c0, 1024 x 131072 and 4096 x 262144 bf16 / fp16),
+        // where it made LayerNorm's rows faster. It has no bias (ForwardProblem), so none is read:
+        // a fallback of 0 was 8 register moves and an add a slot.
+        float wk[VEC];
         affine(weight, k, 1.f, wk);
-        affine(bias, k, 0.f, bk);
-        store_slot<T, VEC>(y_row, g, k, walk.cols, true, [&](int i) { return (xv.at(k, i) - mean) * rstd * wk[i] + bk[i]; });
+        store_slot<T, VEC>(y_row, g, k, walk.cols, true, [&](int i) { return xv.at(k, i) * rstd * wk[i]; });
       } else {
         // LayerNorm reads weight and bias for the lane's slots inside the slice only (past it nothing
         // is stored), each under a test of its pointer that is the same for the whole grid: fallbacks
