@@ -154,6 +154,13 @@ struct PlannerTable {
   /// and 1.02x at M = 4096; tiled won 3x at N = 65536. Vectorised strips (16 bytes per lane) never
   /// take simple for width.
   std::int64_t simple_min_cols = 262144;
+  /// Gamma/beta alone (no dX) on M <= this many rows of at least simple_few_rows_min_cols columns:
+  /// simple too. H200, graph, tiled / simple (docs/NOTES.md entry 60, bf16 / fp16, LayerNorm and
+  /// RMSNorm): M = 2..4 at N = 4096..262144 1.04-1.48 (2 x 262144 LayerNorm bf16: 4.25 vs 2.87 us), N =
+  /// 512 0.95-1.10; M = 5, 6 0.82-0.92 below N = 262144 (tiled faster). With dX they tie (tiled 0.97-1.01
+  /// where its dX is not in the strips' launch, one-launch tiled 0.84-0.88): dX keeps tiled.
+  std::int64_t simple_few_rows_max = 4;
+  std::int64_t simple_few_rows_min_cols = 4096;
   std::int64_t tile64_min_rows = 64;         ///< seed bands
   std::int64_t tile128_min_rows = 128;
   std::int64_t tile256_min_rows = 256;
@@ -221,6 +228,16 @@ struct PlannerTable {
   /// of x): fused won at both fp32 cells of about 16 MiB measured (above: 512 x 8192 at 16 MiB, and
   /// 255 x 16384 at 15.9, just below the key); smaller ones were not measured.
   std::int64_t fp32_fused_split_min_bytes = std::int64_t(16) << 20;
+  /// Rows of the fused kernel's wide layout (kFusedWideItems vectors a thread over up to
+  /// kMaxFusedSplitBlocks blocks: more than a portable cluster of 2-item blocks holds, 65536 16-bit
+  /// columns) are fused with dX from this size of x at any M, 16-bit rows (from 1024 rows the size
+  /// rules take them anyway): LayerNorm fused_wide_min_bytes, RMSNorm rms_fused_wide_min_bytes. H200,
+  /// graph, fused / tiled + split dX (docs/NOTES.md entry 60, bf16 / fp16): LayerNorm N = 262144 0.92-0.94
+  /// at 256 rows (128 MiB), 0.81-0.86 at 512-768, 1.10-1.11 at 128 (64 MiB); N = 131072 0.90 at 512
+  /// rows (128 MiB), 1.02-1.03 at 256 (64 MiB). RMSNorm N = 262144 0.93 at 128 rows (64 MiB), 1.09 at
+  /// 64; N = 131072 0.88-0.90 at 256 (64 MiB), 1.03-1.07 at 128 (32 MiB). Thresholds between the two.
+  std::int64_t fused_wide_min_bytes = std::int64_t(96) << 20;
+  std::int64_t rms_fused_wide_min_bytes = std::int64_t(48) << 20;
   /// ... or from this many rows on, whatever N (narrow rows with huge M: fused 1.8-4.9x faster than
   /// two-pass at N = 1 and 64 from M = 16384; with programmatic launch from M = 8192, same sweep).
   std::int64_t fused_min_rows = 8192;
@@ -514,17 +531,25 @@ struct PlannerTable {
   /// 212.5 / 211.3, 1024 x 131072 174 / 179 vs 232 / 231, 4096 x 262144 1572 / 1612 vs 1782 / 1777,
   /// 64 x 262144 33 / 34 vs 62.
   int forward_split_ln_max_thread_elements = 32;
-  /// Vectors a thread caches in the forward's wide split blocks (kWideSplitBlockThreads threads):
-  /// kSplitItems or kWideForwardSplitItems (forward_split_kernel has instances for both). More a thread
-  /// means smaller clusters for the same row: a 262144-column 16-bit row takes 8 blocks instead of 16,
-  /// and the H200 holds 16 clusters of 8 such blocks at once (128 SMs) but only 7 of 16 (112 SMs:
-  /// cudaOccupancyMaxActiveClusters). LayerNorm takes these only where forward_split_ln_max_thread_elements
-  /// allows them (else kSplitItems).
-  int forward_split_wide_items = 4;
+  /// The forward's wide split blocks (kWideSplitBlockThreads threads) cache kWideForwardSplitItems
+  /// vectors a thread instead of kSplitItems for rows of more than this many 16-byte vectors, from
+  /// forward_split_wide_items_min_rows rows -- and at any M for rows kSplitItems blocks cannot hold
+  /// (fp32 rows above 131072 columns). RMSNorm and 16-bit LayerNorm rows only: the LayerNorm fp32
+  /// instance of 8 vectors spills (ptxas, 76 bytes) and measured 1.06-1.37x slower. Why: half the
+  /// cluster a row needs -- a 262144-column 16-bit row takes 8 blocks instead of 16, and the H200 holds
+  /// 16 clusters of 8 such blocks at once (128 SMs) but only 7 of 16 (112 SMs). Default: above a
+  /// portable cluster of kSplitItems blocks (16384 vectors: 131072 16-bit, 65536 fp32 columns).
+  /// H200, graph, 8 / 4 vectors (docs/NOTES.md entry 60): 16-bit N = 262144 LayerNorm 0.88-0.98 from 128
+  /// rows (4096 rows: 1583 -> 1396 us), RMSNorm 0.92-0.96, but 1.08-1.10 at 64 rows; RMSNorm fp32 N =
+  /// 131072 0.88-0.95 from 256 rows, 1.05 at 64; N = 131072 16-bit (4 blocks instead of 8) LayerNorm
+  /// 1.02-1.19 slower, RMSNorm 0.95-1.15.
+  std::int64_t forward_split_wide_items_min_vectors = 16385;
+  std::int64_t forward_split_wide_items_min_rows = 128;
   /// Rows of at least this many 16-byte vectors take the wide split blocks even where the portable
-  /// layout (kSplitBlockThreads x kSplitItems vectors a block, up to a portable cluster) would hold
-  /// them (0: only rows that layout cannot hold). Why: that layout runs two blocks an SM, so its
-  /// clusters of 8 fill only 120 of the H200's 132 SMs (30 at once, docs/NOTES.md entry 52).
+  /// layout (kSplitBlockThreads x kSplitItems vectors a block, up to a portable cluster) holds them (0:
+  /// never). Measured no faster (docs/NOTES.md entry 60, bf16 65536 columns: 4 wide blocks a row 0.99-1.07x,
+  /// 2 of 8 vectors 1.01-1.09x against 8 portable ones, whose clusters fill 120 of 132 SMs): a key for
+  /// probes and for the tests, which run every split layout on every row width.
   std::int64_t forward_split_wide_min_vectors = 0;
   /// The fused backward splits rows too long for one block (above kFusedBlockThreads x
   /// kMaxFusedItems vectors: 8192 16-bit / 4096 fp32 columns) over a cluster of up to this many
@@ -629,7 +654,7 @@ constexpr int kMaxSplit = kPortableClusterBlocks;
 /// registers a thread, the same budget as two kSplitBlockThreads blocks per SM).
 constexpr int kWideSplitBlockThreads = 512;
 /// The forward's wide split blocks may also cache this many vectors a thread
-/// (PlannerTable::forward_split_wide_items): 131072 16-bit / 65536 fp32 columns a block.
+/// (PlannerTable::forward_split_wide_items_min_vectors): 131072 16-bit / 65536 fp32 columns a block.
 constexpr int kWideForwardSplitItems = 8;
 /// Register budget of the row kernels: a block of T threads gets 65536 / T registers per thread
 /// (at most 255), and a thread holds its fragment and, for small fragments, its weights. A group

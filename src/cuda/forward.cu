@@ -647,8 +647,16 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
                       " with items = " + std::to_string(plan.row.items) + ", stages = " + std::to_string(plan.row.stages) +
                       ", split = " + std::to_string(plan.row.split));
     if constexpr (split()) {
-      void (*kernel)(ForwardParams<T, W>) = p.rms ? forward_split_kernel<T, W, true, staged(), items(), vec()>
-                                                 : forward_split_kernel<T, W, false, staged(), items(), vec()>;
+      // LayerNorm fp32 rows never take kWideForwardSplitItems vectors a thread (the planner: that
+      // instance spills), so it is not built.
+      constexpr bool kLayerNormInstance = !(sizeof(T) == 4 && items() == kWideForwardSplitItems);
+      void (*kernel)(ForwardParams<T, W>) = forward_split_kernel<T, W, true, staged(), items(), vec()>;
+      if constexpr (kLayerNormInstance) {
+        if (!p.rms) kernel = forward_split_kernel<T, W, false, staged(), items(), vec()>;
+      } else if (!p.rms) {
+        throw CudaError("normkit: internal error: a LayerNorm fp32 split forward plan of " + std::to_string(items()) +
+                        " vectors a thread (" + plan.describe() + ")");
+      }
       allow_dynamic_smem(kernel, plan.row.smem_bytes, "forward_split_kernel shared memory");
       // as many clusters as the device holds at once, at most the plan's (cluster_grid)
       const unsigned blocks = cluster_grid(kernel, grid.x, block, smem, plan.row.split);

@@ -278,24 +278,26 @@ bool split_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const 
 }
 
 /// Forward rows too long to cache in one block, split over a cluster (PlannerTable::forward_split_max,
-/// from forward_split_min_vectors; LayerNorm only where a thread holds at most
-/// forward_split_ln_max_thread_elements): the dX kernel's blocks up to a portable cluster (rows below
-/// forward_split_wide_min_vectors where that is set), then kWideSplitBlockThreads-thread blocks of
-/// forward_split_wide_items vectors a thread over clusters up to DeviceFacts::max_nonportable_cluster_blocks
-/// (and kMaxFusedSplitBlocks).
+/// from forward_split_min_vectors; LayerNorm up to forward_split_ln_max_thread_elements): the dX
+/// kernel's blocks up to a portable cluster (rows below forward_split_wide_min_vectors where that is
+/// set), then kWideSplitBlockThreads-thread blocks over clusters up to
+/// DeviceFacts::max_nonportable_cluster_blocks (and kMaxFusedSplitBlocks), of kSplitItems vectors a
+/// thread or, for long rows (forward_split_wide_items_min_vectors / _min_rows) and rows those cannot
+/// hold, kWideForwardSplitItems (RMSNorm and 16-bit LayerNorm only: the LayerNorm fp32 instance spills).
 bool forward_split_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   if (device.max_cluster_blocks < 2 || row_vectors(p) < t.forward_split_min_vectors) return false;
-  const auto thread_holds = [&](int items) {
-    return is_rms(p.op) || items * vector_width(p) <= t.forward_split_ln_max_thread_elements;
-  };
-  if (!thread_holds(kSplitItems)) return false;
+  if (!is_rms(p.op) && kSplitItems * vector_width(p) > t.forward_split_ln_max_thread_elements) return false;
   const int portable = std::min({t.forward_split_max, device.max_cluster_blocks, kPortableClusterBlocks});
   const bool portable_layout = t.forward_split_wide_min_vectors == 0 || row_vectors(p) < t.forward_split_wide_min_vectors;
   if (portable_layout && split_row_over_cluster(s, p, device, kSplitBlockThreads, kSplitItems, portable)) return true;
   const int wide = std::min({t.forward_split_max, std::max(device.max_cluster_blocks, device.max_nonportable_cluster_blocks),
                              kMaxFusedSplitBlocks});
-  const int items = thread_holds(t.forward_split_wide_items) ? t.forward_split_wide_items : kSplitItems;
-  return split_row_over_cluster(s, p, device, kWideSplitBlockThreads, items, wide);
+  const bool more_items = is_rms(p.op) || dtype_size(p.dtype) == 2;
+  if (more_items && row_vectors(p) >= t.forward_split_wide_items_min_vectors && p.rows >= t.forward_split_wide_items_min_rows &&
+      split_row_over_cluster(s, p, device, kWideSplitBlockThreads, kWideForwardSplitItems, wide))
+    return true;
+  if (split_row_over_cluster(s, p, device, kWideSplitBlockThreads, kSplitItems, wide)) return true;
+  return more_items && split_row_over_cluster(s, p, device, kWideSplitBlockThreads, kWideForwardSplitItems, wide);
 }
 
 /// How the fused backward lays out a row too long for one block: `split` blocks of a cluster (1: the
@@ -515,6 +517,11 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const bool split_rows_by_bytes =
       split >= 2 && fused_layout_split.items == kMaxFusedItems &&
       x_bytes >= (dtype_size(p.dtype) == 4 ? t.fp32_fused_split_min_bytes : t.fused_split_min_bytes);
+  // Rows of the wide layout (4-item blocks over clusters of up to 16), 16-bit: fused with dX from a
+  // size of x at any M, LayerNorm and RMSNorm each their own key.
+  const bool wide_rows_by_bytes =
+      split >= 2 && fused_layout_split.items == kFusedWideItems && dtype_size(p.dtype) == 2 &&
+      x_bytes >= (is_rms(p.op) ? t.rms_fused_wide_min_bytes : t.fused_wide_min_bytes);
   const bool fused_size =
       small ||
       (short_vector_rows(p, t) ? p.rows >= t.fused_short_row_min_rows || (p.mask.dx && x_bytes >= short_row_dx_min_bytes)
@@ -522,7 +529,7 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
        : p.mask.dx ? (p.rows >= t.fused_min_rows ||
                       (p.rows >= t.fused_bytes_min_rows && x_bytes >= t.fused_min_bytes &&
                        row_bytes >= t.fused_min_row_bytes) ||
-                      split_rows_by_bytes)
+                      split_rows_by_bytes || wide_rows_by_bytes)
                    : p.rows >= t.fused_gb_min_rows && row_vectors(p) >= t.fused_gb_min_vectors);
   const bool fused_layout = vectorised || p.cols <= t.fused_unaligned_max_cols;
   // Rows split over a cluster are fused with dX (that is what saves the second read of x and dy), or
@@ -552,7 +559,9 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   // simple_min_cols was measured against scalar strips (one column per lane); vectorised strips read
   // whole sectors themselves.
   const ColumnShape tiled_strips = column_strips(p, t, false);
-  if (p.rows <= t.simple_max_rows || (p.cols >= t.simple_min_cols && tiled_strips.vec == 1)) return Strategy::Simple;
+  const bool few_long_rows = !p.mask.dx && p.rows <= t.simple_few_rows_max && p.cols >= t.simple_few_rows_min_cols;
+  if (p.rows <= t.simple_max_rows || few_long_rows || (p.cols >= t.simple_min_cols && tiled_strips.vec == 1))
+    return Strategy::Simple;
   // Tiled (one block per column strip walking all M) is best while the strips alone fill the
   // GPU or M is too small to split; otherwise two-pass splits M so every SM has work (the seed's
   // "mixed" rule, which removes its chess board).
@@ -833,6 +842,8 @@ const TableKey kTableKeys[] = {
     key<&Table::fused_min_row_bytes>("fused_min_row_bytes"),
     key<&Table::fused_split_min_bytes>("fused_split_min_bytes"),
     key<&Table::fp32_fused_split_min_bytes>("fp32_fused_split_min_bytes"),
+    key<&Table::fused_wide_min_bytes>("fused_wide_min_bytes"),
+    key<&Table::rms_fused_wide_min_bytes>("rms_fused_wide_min_bytes"),
     key<&Table::fused_min_rows>("fused_min_rows"),
     key<&Table::fused_gb_min_rows>("fused_gb_min_rows"),
     key<&Table::fused_gb_min_vectors>("fused_gb_min_vectors"),
@@ -840,6 +851,8 @@ const TableKey kTableKeys[] = {
     key<&Table::fused_unaligned_max_cols>("fused_unaligned_max_cols"),
     key<&Table::fused_unaligned_min_rows>("fused_unaligned_min_rows"),
     key<&Table::simple_min_cols>("simple_min_cols"),
+    key<&Table::simple_few_rows_max>("simple_few_rows_max"),
+    key<&Table::simple_few_rows_min_cols>("simple_few_rows_min_cols"),
     key_at_least_one<&Table::fused_min_rows_per_block>("fused_min_rows_per_block"),
     key_at_least_one<&Table::fused_split_min_rows_per_cluster>("fused_split_min_rows_per_cluster"),
     key<&Table::fused_single_launch>("fused_single_launch"),
@@ -905,11 +918,8 @@ const TableKey kTableKeys[] = {
     key<&Table::forward_split_max>("forward_split_max", largest_cluster_check),
     key<&Table::forward_split_min_vectors>("forward_split_min_vectors"),
     key<&Table::forward_split_ln_max_thread_elements>("forward_split_ln_max_thread_elements"),
-    key<&Table::forward_split_wide_items>("forward_split_wide_items", [](long long v) {
-      return v == kSplitItems || v == kWideForwardSplitItems
-                 ? std::string()
-                 : "must be " + std::to_string(kSplitItems) + " or " + std::to_string(kWideForwardSplitItems);
-    }),
+    key<&Table::forward_split_wide_items_min_vectors>("forward_split_wide_items_min_vectors"),
+    key<&Table::forward_split_wide_items_min_rows>("forward_split_wide_items_min_rows"),
     key<&Table::forward_split_wide_min_vectors>("forward_split_wide_min_vectors"),
     key<&Table::fused_split_max>("fused_split_max", largest_cluster_check),
     key<&Table::fused_deferred_min_split>("fused_deferred_min_split"),

@@ -44,6 +44,14 @@ PlannerTable without_block_rows(PlannerTable t = PlannerTable{}) {
   return t;
 }
 
+/// ... and the forward's wide split blocks at kSplitItems vectors a thread wherever those hold the row
+/// (forward_split_wide_items_min_vectors off).
+PlannerTable four_vector_wide_split() {
+  PlannerTable t = without_block_rows();
+  t.forward_split_wide_items_min_vectors = std::int64_t(1) << 62;
+  return t;
+}
+
 PlannerTable unfused_table() {
   PlannerTable t;
   t.fused_enabled = false;
@@ -288,6 +296,19 @@ TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
   EXPECT_NE(unaligned(64, t.simple_min_cols / 4), Strategy::Simple);
   EXPECT_NE(strategy(64, t.simple_min_cols), Strategy::Simple);
   EXPECT_NE(strategy(4096, t.simple_min_cols), Strategy::Simple);
+  // gamma/beta alone on up to simple_few_rows_max rows of at least simple_few_rows_min_cols columns:
+  // simple; with dX, fewer columns or more rows: not by this rule (NOTES entry 60)
+  const auto gamma_beta = [&](std::int64_t m, std::int64_t n) {
+    return normkit::plan(backward(m, n, DType::BF16, {false, true, true}), h200, Strategy::Auto, t).strategy;
+  };
+  ASSERT_EQ(t.simple_few_rows_max, 4);
+  ASSERT_EQ(t.simple_few_rows_min_cols, 4096);
+  EXPECT_EQ(gamma_beta(2, 4096), Strategy::Simple);
+  EXPECT_EQ(gamma_beta(4, 262144), Strategy::Simple);
+  EXPECT_NE(gamma_beta(5, 4096), Strategy::Simple);
+  EXPECT_NE(gamma_beta(4, 4088), Strategy::Simple);
+  EXPECT_NE(normkit::plan(backward(4, 262144, DType::BF16, {true, true, true}), h200, Strategy::Auto, t).strategy,
+            Strategy::Simple);
   EXPECT_EQ(strategy(7, 4096), Strategy::Tiled);  // simple only at M <= simple_max_rows ...
   EXPECT_EQ(strategy(1, 4096), Strategy::Tiled);  // ... and not where dX + tiled is one launch
   EXPECT_EQ(normkit::plan(backward(1, 4096, DType::BF16, {false, true, true}), h200, Strategy::Auto, t).strategy,
@@ -708,6 +729,32 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
   EXPECT_NE(auto_strategy(127, 65536, DType::BF16, full, split_bytes), Strategy::Fused);
   split_bytes.fused_split_min_bytes = std::int64_t(1) << 20;
   EXPECT_NE(auto_strategy(512, 8192, DType::BF16, full, split_bytes), Strategy::Fused);    // unsplit: not this rule
+  // fused_wide_min_bytes (LayerNorm, 96 MiB) / rms_fused_wide_min_bytes (48 MiB): 16-bit rows of the wide
+  // layout are fused with dX at any M from there (NOTES entry 60); below, tiled + the split dX; fp32 and
+  // gamma/beta alone not by this rule
+  ASSERT_EQ(defaults.fused_wide_min_bytes, std::int64_t(96) << 20);
+  ASSERT_EQ(defaults.rms_fused_wide_min_bytes, std::int64_t(48) << 20);
+  const auto rms_strategy = [&](std::int64_t m, std::int64_t n, DType t, Mask mask, const PlannerTable& table) {
+    Problem p = backward(m, n, t, mask);
+    p.op = Op::RmsNormBackward;
+    p.mask.dbias = false;
+    return normkit::plan(p, h200, Strategy::Auto, table).strategy;
+  };
+  EXPECT_EQ(auto_strategy(192, 262144, DType::BF16, full, defaults), Strategy::Fused);     // 96 MiB
+  EXPECT_NE(auto_strategy(191, 262144, DType::BF16, full, defaults), Strategy::Fused);
+  EXPECT_EQ(auto_strategy(384, 131072, DType::F16, full, defaults), Strategy::Fused);      // 96 MiB
+  EXPECT_NE(auto_strategy(383, 131072, DType::F16, full, defaults), Strategy::Fused);
+  EXPECT_EQ(rms_strategy(96, 262144, DType::BF16, full, defaults), Strategy::Fused);       // 48 MiB
+  EXPECT_NE(rms_strategy(95, 262144, DType::BF16, full, defaults), Strategy::Fused);
+  EXPECT_EQ(rms_strategy(192, 131072, DType::F16, full, defaults), Strategy::Fused);
+  EXPECT_NE(rms_strategy(191, 131072, DType::F16, full, defaults), Strategy::Fused);
+  EXPECT_NE(auto_strategy(512, 262144, DType::BF16, {false, true, true}, defaults), Strategy::Fused);  // no dX
+  EXPECT_NE(auto_strategy(384, 65536, DType::F32, full, defaults), Strategy::Fused);      // fp32 wide, 96 MiB
+  PlannerTable wide_bytes = defaults;
+  wide_bytes.fused_wide_min_bytes = std::int64_t(1) << 62;
+  EXPECT_NE(auto_strategy(512, 262144, DType::BF16, full, wide_bytes), Strategy::Fused);
+  EXPECT_EQ(auto_strategy(1024, 262144, DType::BF16, full, wide_bytes), Strategy::Fused);  // fused_bytes_min_rows
+  EXPECT_EQ(rms_strategy(512, 262144, DType::BF16, full, wide_bytes), Strategy::Fused);    // RMSNorm: its own key
   const Plan unstaged_wide = normkit::plan(backward(1, 262144, DType::BF16, full), h200, Strategy::Fused);
   EXPECT_EQ(unstaged_wide.row.stages, 0);
   EXPECT_FALSE(unstaged_wide.deferred_sums);
@@ -800,10 +847,11 @@ TEST(Planner, RowShapesCoverTheRowWithinTheRegisterBudget) {
         EXPECT_EQ(r.block_threads() % 32 == 0 || r.block_threads() < 32, true) << where;
         if (r.items > 0) {
           EXPECT_GE(std::int64_t(r.items) * r.threads_per_row * r.vec * r.split, n) << where;
-          // the forward's wide split blocks: kSplitItems in kWideSplitBlockThreads threads, one block
-          // per SM (its instances' launch bounds): the same 128 registers a thread as 4 items in 256
+          // the forward's wide split blocks: kSplitItems (or on the longest rows kWideForwardSplitItems)
+          // in kWideSplitBlockThreads threads, one block per SM (its instances' launch bounds): 128
+          // registers a thread, as 4 items in 256
           if (r.split > 1 && r.threads_per_row == kWideSplitBlockThreads) {
-            EXPECT_EQ(r.items, kSplitItems) << where;
+            EXPECT_TRUE(r.items == kSplitItems || (r.items == kWideForwardSplitItems && !is_backward(op))) << where;
           } else if (r.block_rows) {  // its instances' launch bounds are their block's width
             EXPECT_LE(r.block_threads(), kBlockRowMaxThreads) << where;
             EXPECT_LE(r.items, kBlockRowMaxItems) << where;
@@ -919,8 +967,11 @@ TEST(Planner, RowsTooLongForOneBlockAreSplitOverACluster) {
 TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
   const DeviceFacts h200 = DeviceFacts::h200();
   // (rows of up to 2048 vectors take one block a row first: off here, ForwardRowsOfABlockTakeTheBlockRowWalk)
+  // (the longest rows' 8-vector blocks off here except where nothing else holds the row:
+  // ForwardWideSplitBlocksCacheEightVectorsAThreadOnTheLongestRows)
+  const PlannerTable four_vectors = four_vector_wide_split();
   auto forward_row = [](std::int64_t m, std::int64_t n, DType t, bool rms = false,
-                        const PlannerTable& table = without_block_rows(), const DeviceFacts& device = DeviceFacts::h200()) {
+                        const PlannerTable& table = four_vector_wide_split(), const DeviceFacts& device = DeviceFacts::h200()) {
     Problem p = backward(m, n, t);
     p.op = rms ? Op::RmsNormForward : Op::LayerNormForward;
     return normkit::plan(p, device, Strategy::Auto, table).row;
@@ -937,7 +988,7 @@ TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
       // LayerNorm splits 16-bit rows (32 elements a thread) as RMSNorm does; a table can keep them
       // streamed (forward_split_ln_max_thread_elements = 16: fp32 rows only)
       const bool ln_16bit = !rms && c.t != DType::F32 && c.split > 1;
-      PlannerTable fp32_only = without_block_rows();
+      PlannerTable fp32_only = four_vectors;
       fp32_only.forward_split_ln_max_thread_elements = 16;
       if (ln_16bit) EXPECT_EQ(forward_row(2048, c.n, c.t, rms, fp32_only).items, 0) << c.n;
       const RowShape r = forward_row(2048, c.n, c.t, rms);
@@ -958,15 +1009,18 @@ TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
       EXPECT_EQ(r.smem_bytes, 3 * std::int64_t(c.threads) * kSplitItems * 16) << where;
     }
   }
-  // longer than 16 blocks of 2048 vectors: streamed by one block
-  EXPECT_EQ(forward_row(2048, 262152, DType::BF16, true).split, 1);
-  EXPECT_EQ(forward_row(2048, 262152, DType::BF16, true).items, 0);
+  // (rows 16 such blocks cannot hold take 8 vectors a thread: 262152 columns over 9 blocks; longer than
+  // 16 blocks of 4096 vectors, streamed)
+  EXPECT_EQ(forward_row(2048, 262152, DType::BF16, true).split, 9);
+  EXPECT_EQ(forward_row(2048, 262152, DType::BF16, true).items, kWideForwardSplitItems);
+  EXPECT_EQ(forward_row(2048, 524296, DType::BF16, true).split, 1);
+  EXPECT_EQ(forward_row(2048, 524296, DType::BF16, true).items, 0);
   // fewer rows than clusters: one cluster per row; a walk of one row per cluster is not staged
   EXPECT_EQ(forward_row(7, 65536, DType::BF16, true).blocks, 7 * 8);
   EXPECT_EQ(forward_row(1, 262144, DType::BF16, true).blocks, 16);
   EXPECT_EQ(forward_row(1, 262144, DType::BF16, true).stages, 0);
   // the table: off, from fewer vectors, or capped (4: the wide blocks take 65536 16-bit columns in four)
-  PlannerTable off = without_block_rows(), four = off, eight = off, shorter = off;
+  PlannerTable off = four_vectors, four = off, eight = off, shorter = off;
   off.forward_split_max = 1;
   four.forward_split_max = 4;
   four.forward_split_min_vectors = eight.forward_split_min_vectors = shorter.forward_split_min_vectors = 1025;
@@ -987,14 +1041,16 @@ TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
   EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, four).split, 4);
   EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, four).threads_per_row, kWideSplitBlockThreads);
   EXPECT_EQ(forward_row(2048, 131072, DType::BF16, true, eight).split, 8);
-  EXPECT_EQ(forward_row(2048, 262144, DType::BF16, true, eight).items, 0);
+  // (262144 16-bit columns in 8 blocks: only the 8-vector wide blocks hold them, and they do at any M)
+  EXPECT_EQ(forward_row(2048, 262144, DType::BF16, true, eight).items, kWideForwardSplitItems);
   // the device: no clusters, or no clusters above the portable size
   DeviceFacts no_clusters = h200, portable_only = h200;
   no_clusters.max_cluster_blocks = 0;
   portable_only.max_nonportable_cluster_blocks = 0;
   EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, PlannerTable{}, no_clusters).items, 0);
   EXPECT_EQ(forward_row(2048, 131072, DType::BF16, true, PlannerTable{}, portable_only).split, 8);
-  EXPECT_EQ(forward_row(2048, 262144, DType::BF16, true, PlannerTable{}, portable_only).items, 0);
+  EXPECT_EQ(forward_row(2048, 262144, DType::BF16, true, PlannerTable{}, portable_only).items, kWideForwardSplitItems);
+  EXPECT_EQ(forward_row(2048, 524288, DType::BF16, true, PlannerTable{}, portable_only).items, 0);
   // unaligned rows are streamed; the plan names the split
   Problem unaligned = backward(2048, 65536, DType::BF16);
   unaligned.op = Op::RmsNormForward;
@@ -1002,7 +1058,7 @@ TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
   EXPECT_EQ(normkit::plan(unaligned, h200).row.split, 1);
   Problem wide = backward(2048, 262144, DType::BF16);
   wide.op = Op::RmsNormForward;
-  EXPECT_NE(normkit::plan(wide, h200).describe().find("split=16"), std::string::npos) << normkit::plan(wide, h200).describe();
+  EXPECT_NE(normkit::plan(wide, h200).describe().find("split=8"), std::string::npos) << normkit::plan(wide, h200).describe();
   // the key is read, and capped at the largest cluster normkit launches
   const std::string path = ::testing::TempDir() + "normkit_forward_split_table.txt";
   { std::ofstream(path) << "forward_split_max = 4\n"; }
@@ -1017,26 +1073,24 @@ TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
   std::remove(path.c_str());
 }
 
-// The forward's wide split blocks (kWideSplitBlockThreads threads) with kWideForwardSplitItems vectors a
-// thread (forward_split_wide_items): half the cluster a row needs, LayerNorm only where
-// forward_split_ln_max_thread_elements allows the elements; forward_split_wide_min_vectors sends rows the
-// portable layout holds to the wide blocks too.
-TEST(Planner, ForwardWideSplitBlocksCacheEightVectorsAThreadWhereTheTableAsks) {
+// The forward's wide split blocks (kWideSplitBlockThreads threads) cache kWideForwardSplitItems vectors a
+// thread for rows of more than a portable cluster of kSplitItems blocks (forward_split_wide_items_min_vectors)
+// from forward_split_wide_items_min_rows rows, and for rows kSplitItems blocks cannot hold at any M;
+// RMSNorm and 16-bit LayerNorm only. forward_split_wide_min_vectors sends rows the portable layout holds
+// to the wide blocks. docs/NOTES.md entry 60.
+TEST(Planner, ForwardWideSplitBlocksCacheEightVectorsAThreadOnTheLongestRows) {
   const DeviceFacts h200 = DeviceFacts::h200();
+  const PlannerTable defaults = without_block_rows();
   auto forward_row = [](std::int64_t m, std::int64_t n, DType t, bool rms, const PlannerTable& table,
                         const DeviceFacts& device = DeviceFacts::h200()) {
     Problem p = backward(m, n, t);
     p.op = rms ? Op::RmsNormForward : Op::LayerNormForward;
     return normkit::plan(p, device, Strategy::Auto, table).row;
   };
-  PlannerTable eight = without_block_rows();
-  eight.forward_split_wide_items = kWideForwardSplitItems;
-  PlannerTable eight_ln = eight;
-  eight_ln.forward_split_ln_max_thread_elements = 64;
-  // 262144 16-bit columns: 8 blocks of 512 threads x 8 vectors, 16 clusters of one block an SM; three
-  // stages of 64 KB (two copied ahead, the one the deferred walk holds)
+  // 262144 16-bit columns from 128 rows: 8 blocks of 512 threads x 8 vectors, 16 clusters of one block an
+  // SM; three stages of 64 KB (two copied ahead, the one the deferred walk holds)
   for (bool rms : {true, false}) {
-    const RowShape r = forward_row(4096, 262144, DType::BF16, rms, eight_ln);
+    const RowShape r = forward_row(4096, 262144, DType::BF16, rms, defaults);
     EXPECT_EQ(r.split, 8) << rms;
     EXPECT_EQ(r.items, kWideForwardSplitItems) << rms;
     EXPECT_EQ(r.threads_per_row, kWideSplitBlockThreads) << rms;
@@ -1044,44 +1098,63 @@ TEST(Planner, ForwardWideSplitBlocksCacheEightVectorsAThreadWhereTheTableAsks) {
     EXPECT_EQ(r.blocks, std::int64_t(h200.sm_count) / 8 * 8) << rms;
     EXPECT_EQ(r.stages, 3) << rms;
     EXPECT_EQ(r.smem_bytes, 3 * std::int64_t(kWideSplitBlockThreads) * kWideForwardSplitItems * 16) << rms;
+    EXPECT_EQ(forward_row(128, 262144, DType::F16, rms, defaults).items, kWideForwardSplitItems) << rms;
+    // fewer rows: 4 vectors over 16 blocks (more clusters at once do not pay for the longer rows)
+    EXPECT_EQ(forward_row(127, 262144, DType::BF16, rms, defaults).items, kSplitItems) << rms;
+    EXPECT_EQ(forward_row(127, 262144, DType::BF16, rms, defaults).split, 16) << rms;
+    // 131072 16-bit columns: a portable cluster of 4-vector blocks holds them
+    EXPECT_EQ(forward_row(4096, 131072, DType::BF16, rms, defaults).items, kSplitItems) << rms;
+    EXPECT_EQ(forward_row(4096, 131072, DType::BF16, rms, defaults).split, 8) << rms;
   }
-  // LayerNorm 16-bit rows under the default element cap (32): the 4-vector blocks, 16 a row
-  EXPECT_EQ(forward_row(4096, 262144, DType::BF16, true, eight).items, kWideForwardSplitItems);
-  EXPECT_EQ(forward_row(4096, 262144, DType::BF16, false, eight).items, kSplitItems);
-  EXPECT_EQ(forward_row(4096, 262144, DType::BF16, false, eight).split, 16);
-  // fp32 rows (32 elements a thread): LayerNorm too; 131072 columns in 8 blocks, 65540 (16385 vectors) in
-  // 5 with a short last slice
-  EXPECT_EQ(forward_row(300, 131072, DType::F32, false, eight).split, 8);
-  EXPECT_EQ(forward_row(300, 131072, DType::F32, false, eight).items, kWideForwardSplitItems);
-  EXPECT_EQ(forward_row(300, 65540, DType::F32, true, eight).split, 5);
-  EXPECT_EQ(forward_row(300, 65540, DType::F32, true, eight).slice_cols, 13108);
+  // fp32: RMSNorm 131072 columns over 8 blocks from 128 rows; 262144 (which 4-vector blocks cannot hold)
+  // over 16 at any M; LayerNorm fp32 keeps 4 vectors (the 8-vector instance spills): 16 blocks, or streamed
+  EXPECT_EQ(forward_row(300, 131072, DType::F32, true, defaults).split, 8);
+  EXPECT_EQ(forward_row(300, 131072, DType::F32, true, defaults).items, kWideForwardSplitItems);
+  EXPECT_EQ(forward_row(64, 131072, DType::F32, true, defaults).split, 16);
+  EXPECT_EQ(forward_row(1, 262144, DType::F32, true, defaults).split, 16);
+  EXPECT_EQ(forward_row(1, 262144, DType::F32, true, defaults).items, kWideForwardSplitItems);
+  EXPECT_EQ(forward_row(300, 131072, DType::F32, false, defaults).split, 16);
+  EXPECT_EQ(forward_row(300, 131072, DType::F32, false, defaults).items, kSplitItems);
+  EXPECT_EQ(forward_row(300, 262144, DType::F32, false, defaults).items, 0);
+  // 65540 fp32 columns (16385 vectors) in 5 blocks of 8 vectors, a short last slice
+  EXPECT_EQ(forward_row(300, 65540, DType::F32, true, defaults).split, 5);
+  EXPECT_EQ(forward_row(300, 65540, DType::F32, true, defaults).slice_cols, 13108);
+  // the keys: 8 vectors on shorter rows and fewer of them; off (no row of 2^62 vectors)
+  PlannerTable everywhere = defaults, off = defaults;
+  everywhere.forward_split_wide_items_min_vectors = 1;
+  everywhere.forward_split_wide_items_min_rows = 0;
+  off.forward_split_wide_items_min_vectors = std::int64_t(1) << 62;
+  EXPECT_EQ(forward_row(64, 131072, DType::BF16, true, everywhere).split, 4);
+  EXPECT_EQ(forward_row(64, 131072, DType::BF16, true, everywhere).items, kWideForwardSplitItems);
+  EXPECT_EQ(forward_row(4096, 262144, DType::BF16, true, off).split, 16);
+  EXPECT_EQ(forward_row(4096, 262144, DType::BF16, false, off).items, kSplitItems);
+  EXPECT_EQ(forward_row(1, 262144, DType::F32, true, off).items, kWideForwardSplitItems);  // the only layout
   // rows the portable layout holds keep it unless forward_split_wide_min_vectors sends them on
-  EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, eight).threads_per_row, kSplitBlockThreads);
-  PlannerTable wide_from = eight;
+  EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, everywhere).threads_per_row, kSplitBlockThreads);
+  PlannerTable wide_from = everywhere;
   wide_from.forward_split_wide_min_vectors = 8192;
   wide_from.forward_split_min_vectors = 4096;  // (65528 columns, 8191 vectors, split at all)
   EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, wide_from).split, 2);
   EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, wide_from).threads_per_row, kWideSplitBlockThreads);
   EXPECT_EQ(forward_row(2048, 65528, DType::BF16, true, wide_from).threads_per_row, kSplitBlockThreads);
-  wide_from.forward_split_wide_items = kSplitItems;
+  wide_from.forward_split_wide_items_min_vectors = 16385;
   EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, wide_from).split, 4);
+  EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, wide_from).items, kSplitItems);
   // a device without clusters above the portable size splits 262144 16-bit columns over 8 such blocks
   DeviceFacts portable_only = h200;
   portable_only.max_nonportable_cluster_blocks = 0;
-  EXPECT_EQ(forward_row(64, 262144, DType::BF16, true, eight, portable_only).split, 8);
-  EXPECT_EQ(forward_row(64, 262144, DType::BF16, true, without_block_rows(), portable_only).items, 0);
-  // the keys are read; the items must be ones forward_split_kernel has instances for
+  EXPECT_EQ(forward_row(64, 262144, DType::BF16, true, defaults, portable_only).split, 8);
+  EXPECT_EQ(forward_row(64, 262144, DType::BF16, false, defaults, portable_only).items, kWideForwardSplitItems);
+  // the keys are read
   const std::string path = ::testing::TempDir() + "normkit_forward_wide_items_table.txt";
-  { std::ofstream(path) << "forward_split_wide_items = 8\nforward_split_wide_min_vectors = 8192\n"; }
-  EXPECT_EQ(load_planner_table(path).forward_split_wide_items, 8);
-  EXPECT_EQ(load_planner_table(path).forward_split_wide_min_vectors, 8192);
-  { std::ofstream(path) << "forward_split_wide_items = 6\n"; }
-  try {
-    load_planner_table(path);
-    ADD_FAILURE() << "forward_split_wide_items = 6 must be rejected";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("forward_split_wide_items"), std::string::npos) << e.what();
+  {
+    std::ofstream(path) << "forward_split_wide_items_min_vectors = 4096\nforward_split_wide_items_min_rows = 7\n"
+                           "forward_split_wide_min_vectors = 8192\n";
   }
+  const PlannerTable loaded = load_planner_table(path);
+  EXPECT_EQ(loaded.forward_split_wide_items_min_vectors, 4096);
+  EXPECT_EQ(loaded.forward_split_wide_items_min_rows, 7);
+  EXPECT_EQ(loaded.forward_split_wide_min_vectors, 8192);
   std::remove(path.c_str());
 }
 
@@ -1892,8 +1965,13 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.forward_split_max = 3;
   t.forward_split_min_vectors = 77;
   t.forward_split_ln_max_thread_elements = 99;
-  t.forward_split_wide_items = 8;
+  t.forward_split_wide_items_min_vectors = 4321;
+  t.forward_split_wide_items_min_rows = 99;
   t.forward_split_wide_min_vectors = 12345;
+  t.fused_wide_min_bytes = 1 << 20;
+  t.rms_fused_wide_min_bytes = 3 << 20;
+  t.simple_few_rows_max = 3;
+  t.simple_few_rows_min_cols = 777;
   t.rms_forward_packed_min_bytes = 4097;
   t.forward_packed_items_target = 4;
   t.forward_packed_block_threads = 128;
