@@ -161,6 +161,12 @@ struct PlannerTable {
   /// where its dX is not in the strips' launch, one-launch tiled 0.84-0.88): dX keeps tiled.
   std::int64_t simple_few_rows_max = 4;
   std::int64_t simple_few_rows_min_cols = 4096;
+  /// ... and LayerNorm's (dgamma and dbeta) on up to this many rows of at least
+  /// ln_simple_few_wide_rows_min_cols columns: tiled / simple 1.04-1.10 at M = 5..7, N = 196608 and
+  /// 262144 (bf16 / fp16; the quick sweep's 7 x 262144 cell 1.03-1.07), 1.01 at M = 8. RMSNorm's went
+  /// either way there (bf16 1.02-1.04, fp16 0.93-0.98): not taken.
+  std::int64_t ln_simple_few_wide_rows_max = 7;
+  std::int64_t ln_simple_few_wide_rows_min_cols = 196608;
   std::int64_t tile64_min_rows = 64;         ///< seed bands
   std::int64_t tile128_min_rows = 128;
   std::int64_t tile256_min_rows = 256;

@@ -559,7 +559,9 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   // simple_min_cols was measured against scalar strips (one column per lane); vectorised strips read
   // whole sectors themselves.
   const ColumnShape tiled_strips = column_strips(p, t, false);
-  const bool few_long_rows = !p.mask.dx && p.rows <= t.simple_few_rows_max && p.cols >= t.simple_few_rows_min_cols;
+  const bool few_long_rows =
+      !p.mask.dx && ((p.rows <= t.simple_few_rows_max && p.cols >= t.simple_few_rows_min_cols) ||
+                     (!is_rms(p.op) && p.rows <= t.ln_simple_few_wide_rows_max && p.cols >= t.ln_simple_few_wide_rows_min_cols));
   if (p.rows <= t.simple_max_rows || few_long_rows || (p.cols >= t.simple_min_cols && tiled_strips.vec == 1))
     return Strategy::Simple;
   // Tiled (one block per column strip walking all M) is best while the strips alone fill the
@@ -853,6 +855,8 @@ const TableKey kTableKeys[] = {
     key<&Table::simple_min_cols>("simple_min_cols"),
     key<&Table::simple_few_rows_max>("simple_few_rows_max"),
     key<&Table::simple_few_rows_min_cols>("simple_few_rows_min_cols"),
+    key<&Table::ln_simple_few_wide_rows_max>("ln_simple_few_wide_rows_max"),
+    key<&Table::ln_simple_few_wide_rows_min_cols>("ln_simple_few_wide_rows_min_cols"),
     key_at_least_one<&Table::fused_min_rows_per_block>("fused_min_rows_per_block"),
     key_at_least_one<&Table::fused_split_min_rows_per_cluster>("fused_split_min_rows_per_cluster"),
     key<&Table::fused_single_launch>("fused_single_launch"),

@@ -309,6 +309,17 @@ TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
   EXPECT_NE(gamma_beta(4, 4088), Strategy::Simple);
   EXPECT_NE(normkit::plan(backward(4, 262144, DType::BF16, {true, true, true}), h200, Strategy::Auto, t).strategy,
             Strategy::Simple);
+  // LayerNorm's up to ln_simple_few_wide_rows_max rows from ln_simple_few_wide_rows_min_cols; not RMSNorm's
+  ASSERT_EQ(t.ln_simple_few_wide_rows_max, 7);
+  ASSERT_EQ(t.ln_simple_few_wide_rows_min_cols, 196608);
+  EXPECT_EQ(gamma_beta(7, 196608), Strategy::Simple);
+  EXPECT_NE(gamma_beta(8, 262144), Strategy::Simple);
+  EXPECT_NE(gamma_beta(7, 196600), Strategy::Simple);
+  Problem rms_gb = backward(7, 262144, DType::BF16, {false, true, false});
+  rms_gb.op = Op::RmsNormBackward;
+  EXPECT_NE(normkit::plan(rms_gb, h200, Strategy::Auto, t).strategy, Strategy::Simple);
+  rms_gb.rows = 4;
+  EXPECT_EQ(normkit::plan(rms_gb, h200, Strategy::Auto, t).strategy, Strategy::Simple);
   EXPECT_EQ(strategy(7, 4096), Strategy::Tiled);  // simple only at M <= simple_max_rows ...
   EXPECT_EQ(strategy(1, 4096), Strategy::Tiled);  // ... and not where dX + tiled is one launch
   EXPECT_EQ(normkit::plan(backward(1, 4096, DType::BF16, {false, true, true}), h200, Strategy::Auto, t).strategy,
@@ -1972,6 +1983,8 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.rms_fused_wide_min_bytes = 3 << 20;
   t.simple_few_rows_max = 3;
   t.simple_few_rows_min_cols = 777;
+  t.ln_simple_few_wide_rows_max = 6;
+  t.ln_simple_few_wide_rows_min_cols = 8888;
   t.rms_forward_packed_min_bytes = 4097;
   t.forward_packed_items_target = 4;
   t.forward_packed_block_threads = 128;
