@@ -540,7 +540,7 @@ struct PlannerTable {
   /// The forward's wide split blocks (kWideSplitBlockThreads threads) cache kWideForwardSplitItems
   /// vectors a thread instead of kSplitItems for rows of more than this many 16-byte vectors, from
   /// forward_split_wide_items_min_rows rows -- and at any M for rows kSplitItems blocks cannot hold
-  /// (fp32 rows above 131072 columns). RMSNorm and 16-bit LayerNorm rows only: the LayerNorm fp32
+  /// (above 262144 16-bit / 131072 fp32 columns). RMSNorm and 16-bit LayerNorm rows only: the LayerNorm fp32
   /// instance of 8 vectors spills (ptxas, 76 bytes) and measured 1.06-1.37x slower. Why: half the
   /// cluster a row needs -- a 262144-column 16-bit row takes 8 blocks instead of 16, and the H200 holds
   /// 16 clusters of 8 such blocks at once (128 SMs) but only 7 of 16 (112 SMs). Default: above a
