@@ -338,7 +338,8 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
 // 16-bit -> 8, 65544 -> 5 with a short last slice; the dX kernel splits these over blocks of 512
 // threads (2048 vectors each, the same counts). The forward splits the rows of 8192 vectors or more (65536 16-bit / 32768 fp32 ->
 // 8 blocks of 256 threads; wider: blocks of 512 threads, 65544 -> 5 with a short last slice, 131072
-// 16-bit -> 8, 262144 -> 16), strided and with fp32 weights too, and streams the others.
+// 16-bit -> 8, 262144 -> 16; from 128 rows 262144 -> 8 blocks of 8 vectors a thread, NOTES entry 60),
+// strided and with fp32 weights too, and streams the others.
 // M from fewer rows than clusters (7) to many rows per cluster.
 INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                          testing::Values(ln_spec("ln_M300_N65536_bf16", 300, 65536, DT::BF16),
