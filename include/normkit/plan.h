@@ -662,6 +662,11 @@ constexpr int kWideSplitBlockThreads = 512;
 /// The forward's wide split blocks may also cache this many vectors a thread
 /// (PlannerTable::forward_split_wide_items_min_vectors): 131072 16-bit / 65536 fp32 columns a block.
 constexpr int kWideForwardSplitItems = 8;
+/// Whether forward_split_kernel is built with kWideForwardSplitItems vectors a thread for these rows:
+/// RMSNorm and 16-bit LayerNorm. The LayerNorm fp32 instance spilled (ptxas, 76 bytes) and measured
+/// 1.06-1.37x slower than 4 vectors (docs/NOTES.md entry 60), so the planner never plans it and it is
+/// not built.
+constexpr bool forward_split_wide_items_built(bool rms, int element_bytes) { return rms || element_bytes == 2; }
 /// Register budget of the row kernels: a block of T threads gets 65536 / T registers per thread
 /// (at most 255), and a thread holds its fragment and, for small fragments, its weights. A group
 /// caching more items per thread must therefore be smaller.

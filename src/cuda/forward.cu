@@ -647,9 +647,9 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
                       " with items = " + std::to_string(plan.row.items) + ", stages = " + std::to_string(plan.row.stages) +
                       ", split = " + std::to_string(plan.row.split));
     if constexpr (split()) {
-      // LayerNorm fp32 rows never take kWideForwardSplitItems vectors a thread (the planner: that
-      // instance spills), so it is not built.
-      constexpr bool kLayerNormInstance = !(sizeof(T) == 4 && items() == kWideForwardSplitItems);
+      // (LayerNorm instances of kWideForwardSplitItems vectors only where forward_split_wide_items_built)
+      constexpr bool kLayerNormInstance =
+          items() != kWideForwardSplitItems || forward_split_wide_items_built(false, int(sizeof(T)));
       void (*kernel)(ForwardParams<T, W>) = forward_split_kernel<T, W, true, staged(), items(), vec()>;
       if constexpr (kLayerNormInstance) {
         if (!p.rms) kernel = forward_split_kernel<T, W, false, staged(), items(), vec()>;

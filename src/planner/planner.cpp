@@ -283,7 +283,7 @@ bool split_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const 
 /// set), then kWideSplitBlockThreads-thread blocks over clusters up to
 /// DeviceFacts::max_nonportable_cluster_blocks (and kMaxFusedSplitBlocks), of kSplitItems vectors a
 /// thread or, for long rows (forward_split_wide_items_min_vectors / _min_rows) and rows those cannot
-/// hold, kWideForwardSplitItems (RMSNorm and 16-bit LayerNorm only: the LayerNorm fp32 instance spills).
+/// hold, kWideForwardSplitItems (where forward_split_wide_items_built).
 bool forward_split_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   if (device.max_cluster_blocks < 2 || row_vectors(p) < t.forward_split_min_vectors) return false;
   if (!is_rms(p.op) && kSplitItems * vector_width(p) > t.forward_split_ln_max_thread_elements) return false;
@@ -292,7 +292,7 @@ bool forward_split_rows(RowShape& s, const Problem& p, const DeviceFacts& device
   if (portable_layout && split_row_over_cluster(s, p, device, kSplitBlockThreads, kSplitItems, portable)) return true;
   const int wide = std::min({t.forward_split_max, std::max(device.max_cluster_blocks, device.max_nonportable_cluster_blocks),
                              kMaxFusedSplitBlocks});
-  const bool more_items = is_rms(p.op) || dtype_size(p.dtype) == 2;
+  const bool more_items = forward_split_wide_items_built(is_rms(p.op), int(dtype_size(p.dtype)));
   if (more_items && row_vectors(p) >= t.forward_split_wide_items_min_vectors && p.rows >= t.forward_split_wide_items_min_rows &&
       split_row_over_cluster(s, p, device, kWideSplitBlockThreads, kWideForwardSplitItems, wide))
     return true;
