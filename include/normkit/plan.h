@@ -462,9 +462,14 @@ struct PlannerTable {
   /// 5.97 us, 131072 x 4096 642 vs 538) and tied below; 4 lost at mid shapes (2048 x 2048 6.91).
   int forward_block_rows_items_target = 2;
   /// 16-bit LayerNorm rows of more than kBlockRowMaxThreads vectors (4097 - 16384 columns) take the
-  /// one-row-a-block walk only below this many bytes of x (and below forward_block_rows_below_bytes). Why: from 16 MiB the staged walk (4 x 8
-  /// elements a thread, 256 threads) beat it, 1.15-1.28x at 1024 - 16384 x 8192, 1.10-1.14x at 2048 x
-  /// 16384; 8 MiB tied (512 x 8192), 4 MiB won (256 x 8192 0.92-0.94, 128 x 16384 0.74-0.76).
+  /// one-row-a-block walk at 2 vectors a thread (512 x 2 blocks) only below this many bytes of x; at
+  /// 4 (kBlockRowMaxItems: from ln_forward_block_rows_four_items_min_bytes, or rows of more than 1024
+  /// vectors) below forward_block_rows_below_bytes. Why: from 16 MiB the staged walk (4 x 8 elements a
+  /// thread, 256 threads) beat 512 x 2 blocks, 1.03-1.10x at 1024 - 2048 x 8192 with 40 registers
+  /// (docs/NOTES.md entry 61; 1.15-1.28x with the 63 before it, entry 53); 8 MiB tied (512 x 8192),
+  /// 4 MiB won (256 x 8192 0.92-0.94, 128 x 16384 0.74-0.76). The 4-vector blocks (64 registers since
+  /// entry 61) won from 32 MiB: 16384 x 8192 0.89-0.93, 4096 x 8192 0.96, 2048 - 8192 x 16384 bf16 0.81-0.84
+  /// against the streamed walk.
   std::int64_t ln_forward_block_rows_wide_below_bytes = std::int64_t(8) << 20;
   /// Rows of at most kBlockRowMinThreads vectors (one vector a thread, or less, in the narrowest block)
   /// take the one-row-a-block walk only below this many bytes of x (and below
@@ -641,6 +646,23 @@ constexpr int short_row_min_blocks(int vectors) {
 constexpr int kBlockRowMinThreads = 64;
 constexpr int kBlockRowMaxThreads = 512;
 constexpr int kBlockRowMaxItems = 4;
+/// Blocks per SM the launch bounds of the one-row-a-block walk's packed instances keep resident
+/// (forward_packed_block_rows_kernel: the 16-bit LayerNorm blocks of 4 vectors a thread and more than
+/// kBlockRowMaxThreads vectors). Such a block holds its row's x (packed: 16-bit halves stay halves),
+/// weights and bias in registers across its two row sums, and those loads are all the bytes an SM
+/// has in flight; so the bound is the register budget of that row plus kBlockRowOtherRegisters
+/// (addresses, sums, conversions): 64 registers for 16-bit weights, 4 blocks of 256 threads an SM
+/// where launch bounds of the threads alone gave ptxas 83 registers and 2 blocks (the 512-thread
+/// instance: 103 registers, one block; docs/NOTES.md entry 61).
+constexpr int kBlockRowOtherRegisters = 16;
+constexpr int kRegistersPerSm = 65536;
+constexpr int kMaxThreadsPerSm = 2048;
+constexpr int block_row_min_blocks(int threads, int items, int vec, int x_bytes, int weight_bytes, bool rms) {
+  const int row_registers = items * vec * (x_bytes + (rms ? 1 : 2) * weight_bytes) / 4;
+  const int per_sm = kRegistersPerSm / (row_registers + kBlockRowOtherRegisters);
+  const int blocks = (per_sm < kMaxThreadsPerSm ? per_sm : kMaxThreadsPerSm) / threads;
+  return blocks < 1 ? 1 : blocks;
+}
 /// The largest x dimension of a CUDA grid (2^31 - 1): a packed grid covers every row up to it and
 /// walks the rest by grid stride.
 constexpr std::int64_t kMaxGridBlocks = 0x7fffffff;

@@ -419,7 +419,10 @@ __device__ __forceinline__ void row_group_sum2(float& a, float& b, int group_thr
 /// kWarpSize floats of shared memory), one __syncthreads, then every thread adds all warp sums in warp
 /// order (broadcast reads, no second butterfly). Consecutive sums must take different `warp_sums`
 /// buffers: a thread may write the next sum's while others still read this one's.
-template <int THREADS>
+/// kFewRegisters: the warp sums are read 4 at a time, a chunk a loop iteration (not unrolled), where
+/// all at once would hold one register per warp at the kernel's register peak (the same sum, in the
+/// same order: the same bits). `warp_sums` must then be 16-byte aligned.
+template <int THREADS, bool kFewRegisters = false>
 __device__ __forceinline__ float block_sum(float v, float* warp_sums) {
   static_assert(THREADS % kWarpSize == 0 && THREADS <= 1024, "whole warps, at most 1024 threads");
   constexpr int kWarps = THREADS / kWarpSize;
@@ -429,10 +432,22 @@ __device__ __forceinline__ float block_sum(float v, float* warp_sums) {
   } else {
     if (threadIdx.x % kWarpSize == 0) warp_sums[threadIdx.x / kWarpSize] = v;
     __syncthreads();
-    float sum = warp_sums[0];
+    if constexpr (kFewRegisters && kWarps % 4 == 0) {
+      const float4* chunks = reinterpret_cast<const float4*>(warp_sums);
+      float4 c = chunks[0];
+      float sum = ((c.x + c.y) + c.z) + c.w;
+#pragma unroll 1
+      for (int k = 1; k < kWarps / 4; ++k) {
+        c = chunks[k];
+        sum = (((sum + c.x) + c.y) + c.z) + c.w;
+      }
+      return sum;
+    } else {
+      float sum = warp_sums[0];
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) sum += warp_sums[w];
-    return sum;
+      for (int w = 1; w < kWarps; ++w) sum += warp_sums[w];
+      return sum;
+    }
   }
 }
 

@@ -30,9 +30,21 @@ struct BlockRowParams {
   float eps;
 };
 
-template <typename T, typename W, bool kRms, int THREADS, int ITEMS, int VEC>
-__global__ void __launch_bounds__(THREADS) forward_block_rows_kernel(const BlockRowParams<T, W> p) {
-  __shared__ float warp_sums[2][THREADS / kWarpSize];  // one buffer per row sum (block_sum)
+/// Whether an instance keeps its x packed across the row sums under block_row_min_blocks' launch
+/// bounds: the 16-bit LayerNorm blocks of 4 vectors a thread and more than kBlockRowMaxThreads
+/// vectors (256 x 4, 512 x 4: rows of 4097 - 16384 columns, planned from 64 MiB / at any size). They
+/// hold x, the weights and the bias across two block sums, and under bounds of THREADS alone ptxas
+/// gave them 83-103 registers (one or two blocks an SM). The others measured 1-10 % slower with the
+/// conversions repeated (docs/NOTES.md entry 61; 512 x 2, planned below 8 MiB only, 6-8 %) and keep
+/// their converted copy.
+template <typename T, bool kRms, int THREADS, int ITEMS>
+constexpr bool kHoldPackedRow =
+    !kRms && sizeof(T) < 4 && ITEMS == kBlockRowMaxItems && THREADS * ITEMS > kBlockRowMaxThreads;
+
+/// The row (blockIdx.x) of a block of THREADS threads; kPacked = kHoldPackedRow, the kernel's launch bounds.
+template <typename T, typename W, bool kRms, int THREADS, int ITEMS, int VEC, bool kPacked>
+__device__ __forceinline__ void forward_block_row(const BlockRowParams<T, W>& p) {
+  __shared__ __align__(16) float warp_sums[2][THREADS / kWarpSize];  // one buffer per row sum (block_sum)
   const RowGroup g{THREADS, int(threadIdx.x), 0};
   const std::int64_t r = blockIdx.x;
   RowFragment<T, ITEMS, VEC> xv;  // slots past N hold 0
@@ -40,7 +52,10 @@ __global__ void __launch_bounds__(THREADS) forward_block_rows_kernel(const Block
   WeightFragment<W, ITEMS, VEC> w, b;  // in flight during the row sums
   w.load(p.weight, g, p.cols, 1.f);
   if constexpr (!kRms) b.load(p.bias, g, p.cols, 0.f);
-  float x[ITEMS][VEC];
+  // kPacked: x is converted again where it is used after each block sum (forget_conversions), so that
+  // across the sums only the packed row is live (half the registers of floats), which
+  // block_row_min_blocks counts on; the other instances keep the converted copy (fewer instructions).
+  float x[ITEMS][VEC];  // x, then x - mean
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
@@ -49,19 +64,22 @@ __global__ void __launch_bounds__(THREADS) forward_block_rows_kernel(const Block
   if constexpr (kRms) {
     rstd = rsqrtf(block_sum<THREADS>(lane_sum(x, [](float v) { return v * v; }), warp_sums[0]) * p.inv_cols + p.eps);
   } else {
-    mean = block_sum<THREADS>(lane_sum(x, [](float v) { return v; }), warp_sums[0]) * p.inv_cols;
+    const float lane = lane_sum(x, [](float v) { return v; });
+    if constexpr (kPacked) xv.forget_conversions();
+    mean = block_sum<THREADS, kPacked>(lane, warp_sums[0]) * p.inv_cols;
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) x[k][i] -= mean;  // from here on x holds x - mean
+      for (int i = 0; i < VEC; ++i) x[k][i] = (kPacked ? xv.at(k, i) : x[k][i]) - mean;  // from here on x - mean
     const float lane_m2 = lane_sum(x, [](float d) { return d * d; }, lane_vectors<ITEMS, VEC>(g, p.cols));
-    rstd = rsqrtf(block_sum<THREADS>(lane_m2, warp_sums[1]) * p.inv_cols + p.eps);
+    if constexpr (kPacked) xv.forget_conversions();
+    rstd = rsqrtf(block_sum<THREADS, kPacked>(lane_m2, warp_sums[1]) * p.inv_cols + p.eps);
   }
   T* const y_row = p.y.row(r);
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k)
     store_slot<T, VEC>(y_row, g, k, p.cols, true, [&](int i) {
-      const float scaled = x[k][i] * rstd * w.at(k, i);
+      const float scaled = (kPacked ? xv.at(k, i) - mean : x[k][i]) * rstd * w.at(k, i);
       if constexpr (kRms) {
         return scaled;
       } else {
@@ -72,6 +90,20 @@ __global__ void __launch_bounds__(THREADS) forward_block_rows_kernel(const Block
     if (p.mean != nullptr) p.mean[r] = mean;
     p.rstd[r] = rstd;
   }
+}
+
+// Two kernels for one body: a launch bound of minimum blocks, even 1, changes ptxas's register
+// choices from those of THREADS alone (RMSNorm bf16 512 x 2: 40 -> 48 registers), so the instances
+// that do not hold their row packed keep the bound they were measured with.
+template <typename T, typename W, bool kRms, int THREADS, int ITEMS, int VEC>
+__global__ void __launch_bounds__(THREADS) forward_block_rows_kernel(const BlockRowParams<T, W> p) {
+  forward_block_row<T, W, kRms, THREADS, ITEMS, VEC, false>(p);
+}
+
+template <typename T, typename W, bool kRms, int THREADS, int ITEMS, int VEC>
+__global__ void __launch_bounds__(THREADS, block_row_min_blocks(THREADS, ITEMS, VEC, sizeof(T), sizeof(W), kRms))
+    forward_packed_block_rows_kernel(const BlockRowParams<T, W> p) {
+  forward_block_row<T, W, kRms, THREADS, ITEMS, VEC, true>(p);
 }
 
 }  // namespace
@@ -98,8 +130,13 @@ void launch_forward_block_rows(const ForwardProblem& p, const Plan& plan, cudaSt
                                     1.f / float(p.cols()),
                                     float(p.eps)};
   const auto launch = [&](auto threads, auto items) {
-    void (*kernel)(BlockRowParams<T, W>) = p.rms ? forward_block_rows_kernel<T, W, true, threads(), items(), kVec>
-                                                : forward_block_rows_kernel<T, W, false, threads(), items(), kVec>;
+    void (*kernel)(BlockRowParams<T, W>) = forward_block_rows_kernel<T, W, true, threads(), items(), kVec>;
+    if (!p.rms) {  // (RMSNorm never holds its row packed)
+      if constexpr (kHoldPackedRow<T, false, threads(), items()>)
+        kernel = forward_packed_block_rows_kernel<T, W, false, threads(), items(), kVec>;
+      else
+        kernel = forward_block_rows_kernel<T, W, false, threads(), items(), kVec>;
+    }
     kernel<<<dim3(unsigned(row.blocks)), dim3(unsigned(threads())), 0, stream>>>(params);
   };
   const auto with_items = [&](auto threads) {

@@ -123,9 +123,7 @@ bool forward_block_rows(RowShape& s, const Problem& p, const DeviceFacts& device
   if (vector_width(p) == 1 || vectors <= kShortRowMaxLanes || p.rows > kMaxGridBlocks) return false;
   const std::int64_t bytes = p.rows * p.cols * std::int64_t(dtype_size(p.dtype));
   const bool ln_16bit = !is_rms(p.op) && dtype_size(p.dtype) == 2;
-  const bool wide = ln_16bit && vectors > kBlockRowMaxThreads;
   std::int64_t below = t.forward_block_rows_below_bytes;
-  if (wide) below = std::min(below, t.ln_forward_block_rows_wide_below_bytes);
   if (vectors <= kBlockRowMinThreads) below = std::min(below, t.forward_block_rows_narrow_below_bytes);
   if (bytes >= below) return false;
   const int items_target = ln_16bit && bytes >= t.ln_forward_block_rows_four_items_min_bytes
@@ -137,6 +135,10 @@ bool forward_block_rows(RowShape& s, const Problem& p, const DeviceFacts& device
   const int threads = int(std::clamp<std::int64_t>(wanted, kBlockRowMinThreads, max_threads));
   const std::int64_t items = next_pow2(ceil_div(vectors, std::int64_t(threads)));
   if (items > kBlockRowMaxItems) return false;
+  // 16-bit LayerNorm rows wider than a block of vectors: their blocks of fewer vectors a thread lost
+  // to the staged walk from ln_forward_block_rows_wide_below_bytes
+  const bool wide = ln_16bit && vectors > kBlockRowMaxThreads;
+  if (wide && items < kBlockRowMaxItems && bytes >= t.ln_forward_block_rows_wide_below_bytes) return false;
   RowShape out;
   out.vec = vector_width(p);
   out.items = int(items);

@@ -1228,6 +1228,27 @@ TEST(Planner, ForwardRowsOfABlockTakeTheBlockRowWalk) {
   EXPECT_TRUE(forward_plan(wide_below / 16384, 8192, DType::BF16, true).row.block_rows);  // RMSNorm
   EXPECT_TRUE(forward_plan(wide_below / 16384, 4096, DType::F32).row.block_rows);         // fp32
   EXPECT_TRUE(forward_plan(wide_below / 8192, 4096, DType::BF16).row.block_rows);         // 512 vectors
+  // ... at 2 vectors a thread; at 4 (from ln_forward_block_rows_four_items_min_bytes, or rows of more
+  // than 1024 vectors) at any size below forward_block_rows_below_bytes
+  const std::int64_t four_items_from = defaults.ln_forward_block_rows_four_items_min_bytes;
+  ASSERT_GT(four_items_from, wide_below);
+  ASSERT_EQ(four_items_from % 16384, 0);
+  for (DType wide_type : {DType::BF16, DType::F16}) {
+    const std::string where = dtype_name(wide_type);
+    EXPECT_FALSE(forward_plan(four_items_from / 16384 - 1, 8192, wide_type).row.block_rows) << where;
+    const Plan wide_four = forward_plan(four_items_from / 16384, 8192, wide_type);
+    EXPECT_TRUE(wide_four.row.block_rows) << where;
+    EXPECT_EQ(wide_four.row.items, kBlockRowMaxItems) << where;
+    EXPECT_EQ(wide_four.row.threads_per_row, 256) << where;
+    EXPECT_TRUE(forward_plan(16384, 8192, wide_type).row.block_rows) << where;  // 256 MiB
+    for (std::int64_t rows : {wide_below / 32768, 4 * wide_below / 32768, std::int64_t(8192)}) {
+      const Plan longest = forward_plan(rows, 16384, wide_type);  // 2048 vectors: 512 x 4
+      EXPECT_TRUE(longest.row.block_rows) << where << " " << rows;
+      EXPECT_EQ(longest.row.items, kBlockRowMaxItems) << where << " " << rows;
+      EXPECT_EQ(longest.row.threads_per_row, kBlockRowMaxThreads) << where << " " << rows;
+    }
+    EXPECT_FALSE(forward_plan(below / 16384, 8192, wide_type).row.block_rows) << where;
+  }
   // rows of at most kBlockRowMinThreads vectors: below forward_block_rows_narrow_below_bytes
   const std::int64_t narrow_below = defaults.forward_block_rows_narrow_below_bytes;
   ASSERT_EQ(narrow_below % 1024, 0);

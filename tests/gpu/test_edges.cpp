@@ -331,9 +331,10 @@ INSTANTIATE_TEST_SUITE_P(
     spec_name);
 
 // ---- one row a block: the forward's one-row-a-block walk (RowShape::block_rows), every instance
-// (64 .. 512 threads at 1, 2 and 4 vectors a thread; the narrower blocks take 2 and 4 vectors under a
-// larger forward_block_rows_items_target), rows that fill their slots and rows that leave most of a
-// block's last warps idle (33 of 64 vectors, 513 of 1024, 1537 of 2048), each weight / bias
+// (64 .. 512 threads at 1, 2 and 4 vectors a thread, the LayerNorm ones that hold their row packed
+// included; the narrower blocks take 2 and 4 vectors under a larger forward_block_rows_items_target),
+// rows that fill their slots and rows that leave most of a block's last warps idle (33 of 64 vectors,
+// 513 of 1024, 1025 and 1537 of 2048), each weight / bias
 // combination, fp32 weights, strided rows. Each case asserts the instance it was chosen for, matches
 // the reference and repeats its bits; check_forward then runs it and the walk it stands in for ----
 
@@ -388,7 +389,10 @@ INSTANTIATE_TEST_SUITE_P(
                     BlockRowsCase{rms_spec("rms_M6_N4096_bf16", 6, 4096, DT::BF16), 4, 128, 4},
                     BlockRowsCase{rms_spec("rms_M12_N1024_f32", 12, 1024, DT::F32), 2, 128, 2},
                     BlockRowsCase{ln_spec("ln_M13_N4096_f16", 13, 4096, DT::F16), 2, 256, 2},
-                    BlockRowsCase{rms_spec("rms_M14_N8192_bf16", 14, 8192, DT::BF16), 4, 256, 4}),
+                    BlockRowsCase{rms_spec("rms_M14_N8192_bf16", 14, 8192, DT::BF16), 4, 256, 4},
+                    // the LayerNorm 16-bit instances that hold their row packed (kHoldPackedRow)
+                    BlockRowsCase{ln_spec("ln_M9_N8200_bf16", 9, 8200, DT::BF16), 1, 512, 4},
+                    BlockRowsCase{ln_spec("ln_M7_N6152_f16", 7, 6152, DT::F16), 4, 256, 4}),
     [](const testing::TestParamInfo<BlockRowsCase>& info) { return info.param.spec.name; });
 
 // ---- LayerNorm rows far from zero: every forward walk's statistics keep their precision. Rows offset
@@ -438,7 +442,8 @@ INSTANTIATE_TEST_SUITE_P(
                     OffsetRowsCase{ln_spec("ln_M6_N776_f32_at_50", 6, 776, DT::F32), 2, 50.0, 1.0, 3000.0},
                     OffsetRowsCase{ln_spec("ln_M5_N4104_f32_at_50", 5, 4104, DT::F32), 4, 50.0, 1.0, 3000.0},
                     OffsetRowsCase{ln_spec("ln_M4_N768_bf16_at_100", 4, 768, DT::BF16), 2, 100.0, 4.0, 3000.0},
-                    OffsetRowsCase{ln_spec("ln_M4_N12296_f16_at_100", 4, 12296, DT::F16), 4, 100.0, 2.0, 3000.0}),
+                    OffsetRowsCase{ln_spec("ln_M4_N12296_f16_at_100", 4, 12296, DT::F16), 4, 100.0, 2.0, 3000.0},
+                    OffsetRowsCase{ln_spec("ln_M3_N8192_bf16_at_100", 3, 8192, DT::BF16), 4, 100.0, 2.0, 3000.0}),
     [](const testing::TestParamInfo<OffsetRowsCase>& info) { return info.param.spec.name; });
 
 }  // namespace

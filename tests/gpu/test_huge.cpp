@@ -307,13 +307,16 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
   const std::int64_t vectors = spec.N / vector_width;
   const bool split_forward = vectors >= defaults.forward_split_min_vectors &&
                              (spec.rms || kSplitItems * vector_width <= defaults.forward_split_ln_max_thread_elements);
-  // (rows of up to kBlockRowMaxThreads x kBlockRowMaxItems vectors in small x take one block a row first)
+  // (rows of up to kBlockRowMaxThreads x kBlockRowMaxItems vectors take one block a row first; 16-bit
+  // LayerNorm rows of more than kBlockRowMaxThreads vectors at fewer than kBlockRowMaxItems vectors a
+  // thread only in small x)
   const bool wide_ln_16bit = !spec.rms && dtype_size(spec.dtype) == 2 && vectors > kBlockRowMaxThreads;
   const std::int64_t x_bytes = spec.M * spec.N * std::int64_t(dtype_size(spec.dtype));
+  const bool four_items = vectors > std::int64_t(kBlockRowMaxThreads) * defaults.forward_block_rows_items_target ||
+                          x_bytes >= defaults.ln_forward_block_rows_four_items_min_bytes;
   const bool block_rows = vectors <= std::int64_t(kBlockRowMaxThreads) * kBlockRowMaxItems &&
-                          x_bytes < (wide_ln_16bit ? std::min(defaults.ln_forward_block_rows_wide_below_bytes,
-                                                              defaults.forward_block_rows_below_bytes)
-                                                   : defaults.forward_block_rows_below_bytes);
+                          x_bytes < defaults.forward_block_rows_below_bytes &&
+                          (!wide_ln_16bit || four_items || x_bytes < defaults.ln_forward_block_rows_wide_below_bytes);
   if (block_rows) {
     EXPECT_TRUE(forward.plan.row.block_rows) << "expected the forward a row a block: " << forward.plan.describe();
   } else if (split_forward) {
