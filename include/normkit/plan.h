@@ -95,6 +95,10 @@ struct RowShape {
   /// a block of threads_per_row threads (a compile-time width, kBlockRowMinThreads..kBlockRowMaxThreads)
   /// holds one row, `items` 16-byte vectors a thread; a grid of one block per row; never staged or split.
   bool block_rows = false;
+  /// One row a block in the instance that holds x packed across its row sums, under launch bounds
+  /// of its register budget (block_rows_packed_instance, block_row_min_blocks;
+  /// PlannerTable::ln_forward_block_rows_packed_min_rows_per_sm).
+  bool block_rows_packed = false;
   int block_threads() const { return threads_per_row * rows_per_block; }
 };
 
@@ -481,6 +485,12 @@ struct PlannerTable {
   /// 131072 x 4096 511 vs 537-539 us at 2 (bf16 and fp16: 99 % of the floor), 16384 x 4096 67.0 vs
   /// 69.3-69.7, 65536 x 2048 0.99, 131072 x 1024 1.00; at 32 MiB 4 lost (4096 x 4096 19.75 vs 19.33).
   std::int64_t ln_forward_block_rows_four_items_min_bytes = std::int64_t(64) << 20;
+  /// The one-row-a-block blocks that have a packed instance (block_rows_packed_instance) take it for
+  /// more rows than this many a SM. Why: the packed form pays conversions in every block for more
+  /// resident blocks, which a grid of at most a block an SM does not have: 512 x 4 at 2 - 128 x 16384
+  /// 1.06-1.12x the unpacked instance, 256 x 16384 (two rows an SM) 0.83, 16384 x 8192 (256 x 4)
+  /// 0.89-0.93 (docs/NOTES.md entry 61).
+  std::int64_t ln_forward_block_rows_packed_min_rows_per_sm = 1;
   int forward_packed_items_target = 2;
   int forward_packed_block_threads = 256;
   /// Row iterations staged through shared memory by cp.async in the row-cached kernels (forward,
@@ -647,13 +657,16 @@ constexpr int kBlockRowMinThreads = 64;
 constexpr int kBlockRowMaxThreads = 512;
 constexpr int kBlockRowMaxItems = 4;
 /// Blocks per SM the launch bounds of the one-row-a-block walk's packed instances keep resident
-/// (forward_packed_block_rows_kernel: the 16-bit LayerNorm blocks of 4 vectors a thread and more than
-/// kBlockRowMaxThreads vectors). Such a block holds its row's x (packed: 16-bit halves stay halves),
+/// (forward_packed_block_rows_kernel, block_rows_packed_instance: the 16-bit LayerNorm blocks of 4
+/// vectors a thread and more than kBlockRowMaxThreads vectors). Such a block holds its row's x (packed: 16-bit halves stay halves),
 /// weights and bias in registers across its two row sums, and those loads are all the bytes an SM
 /// has in flight; so the bound is the register budget of that row plus kBlockRowOtherRegisters
 /// (addresses, sums, conversions): 64 registers for 16-bit weights, 4 blocks of 256 threads an SM
 /// where launch bounds of the threads alone gave ptxas 83 registers and 2 blocks (the 512-thread
 /// instance: 103 registers, one block; docs/NOTES.md entry 61).
+constexpr bool block_rows_packed_instance(bool rms, int element_bytes, int threads, int items) {
+  return !rms && element_bytes < 4 && items == kBlockRowMaxItems && threads * items > kBlockRowMaxThreads;
+}
 constexpr int kBlockRowOtherRegisters = 16;
 constexpr int kRegistersPerSm = 65536;
 constexpr int kMaxThreadsPerSm = 2048;

@@ -30,16 +30,14 @@ struct BlockRowParams {
   float eps;
 };
 
-/// Whether an instance keeps its x packed across the row sums under block_row_min_blocks' launch
-/// bounds: the 16-bit LayerNorm blocks of 4 vectors a thread and more than kBlockRowMaxThreads
-/// vectors (256 x 4, 512 x 4: rows of 4097 - 16384 columns, planned from 64 MiB / at any size). They
-/// hold x, the weights and the bias across two block sums, and under bounds of THREADS alone ptxas
-/// gave them 83-103 registers (one or two blocks an SM). The others measured 1-10 % slower with the
-/// conversions repeated (docs/NOTES.md entry 61; 512 x 2, planned below 8 MiB only, 6-8 %) and keep
-/// their converted copy.
+/// The instances that can hold x packed across the row sums (block_rows_packed_instance): the 16-bit
+/// LayerNorm blocks of 4 vectors a thread and more than kBlockRowMaxThreads vectors (256 x 4, 512 x 4).
+/// They hold x, the weights and the bias across two block sums, and under launch bounds of THREADS
+/// alone ptxas gives them 83-103 registers (one or two blocks an SM); the plan takes the packed form
+/// for grids of more rows than SMs (RowShape::block_rows_packed). Elsewhere the conversions repeated
+/// measured 1-10 % slower (docs/NOTES.md entry 61).
 template <typename T, bool kRms, int THREADS, int ITEMS>
-constexpr bool kHoldPackedRow =
-    !kRms && sizeof(T) < 4 && ITEMS == kBlockRowMaxItems && THREADS * ITEMS > kBlockRowMaxThreads;
+constexpr bool kHoldPackedRow = block_rows_packed_instance(kRms, int(sizeof(T)), THREADS, ITEMS);
 
 /// The row (blockIdx.x) of a block of THREADS threads; kPacked = kHoldPackedRow, the kernel's launch bounds.
 template <typename T, typename W, bool kRms, int THREADS, int ITEMS, int VEC, bool kPacked>
@@ -130,12 +128,15 @@ void launch_forward_block_rows(const ForwardProblem& p, const Plan& plan, cudaSt
                                     1.f / float(p.cols()),
                                     float(p.eps)};
   const auto launch = [&](auto threads, auto items) {
-    void (*kernel)(BlockRowParams<T, W>) = forward_block_rows_kernel<T, W, true, threads(), items(), kVec>;
-    if (!p.rms) {  // (RMSNorm never holds its row packed)
-      if constexpr (kHoldPackedRow<T, false, threads(), items()>)
+    void (*kernel)(BlockRowParams<T, W>) = p.rms ? forward_block_rows_kernel<T, W, true, threads(), items(), kVec>
+                                                : forward_block_rows_kernel<T, W, false, threads(), items(), kVec>;
+    if (row.block_rows_packed) {
+      if constexpr (kHoldPackedRow<T, false, threads(), items()>) {
+        if (p.rms) throw no_instance();
         kernel = forward_packed_block_rows_kernel<T, W, false, threads(), items(), kVec>;
-      else
-        kernel = forward_block_rows_kernel<T, W, false, threads(), items(), kVec>;
+      } else {
+        throw no_instance();
+      }
     }
     kernel<<<dim3(unsigned(row.blocks)), dim3(unsigned(threads())), 0, stream>>>(params);
   };

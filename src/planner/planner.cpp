@@ -146,6 +146,8 @@ bool forward_block_rows(RowShape& s, const Problem& p, const DeviceFacts& device
   out.rows_per_block = 1;
   out.blocks = p.rows;
   out.block_rows = true;
+  out.block_rows_packed = block_rows_packed_instance(is_rms(p.op), int(dtype_size(p.dtype)), threads, int(items)) &&
+                          p.rows > std::int64_t(device.sm_count) * t.ln_forward_block_rows_packed_min_rows_per_sm;
   s = out;
   return true;
 }
@@ -764,7 +766,7 @@ std::string Plan::describe() const {
     if (row.stages > 0) os << " stages=" << row.stages;
     if (row.packed) os << " packed";
     if (row.short_rows) os << " short";
-    if (row.block_rows) os << " block-rows";
+    if (row.block_rows) os << (row.block_rows_packed ? " block-rows packed" : " block-rows");
   }
   return os.str();
 }
@@ -904,6 +906,7 @@ const TableKey kTableKeys[] = {
     key<&Table::ln_forward_block_rows_wide_below_bytes>("ln_forward_block_rows_wide_below_bytes"),
     key<&Table::forward_block_rows_narrow_below_bytes>("forward_block_rows_narrow_below_bytes"),
     key<&Table::ln_forward_block_rows_four_items_min_bytes>("ln_forward_block_rows_four_items_min_bytes"),
+    key<&Table::ln_forward_block_rows_packed_min_rows_per_sm>("ln_forward_block_rows_packed_min_rows_per_sm"),
     key_items<&Table::forward_packed_items_target, kMaxRowItems>("forward_packed_items_target"),
     key<&Table::forward_packed_block_threads>("forward_packed_block_threads", [](long long v) {
       return block_threads_check(v).empty() && v > kPackedRowMaxThreads

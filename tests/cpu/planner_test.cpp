@@ -1248,7 +1248,36 @@ TEST(Planner, ForwardRowsOfABlockTakeTheBlockRowWalk) {
       EXPECT_EQ(longest.row.threads_per_row, kBlockRowMaxThreads) << where << " " << rows;
     }
     EXPECT_FALSE(forward_plan(below / 16384, 8192, wide_type).row.block_rows) << where;
+    // ... in their packed instance for more rows than ln_forward_block_rows_packed_min_rows_per_sm a SM
+    const std::int64_t packed_above = std::int64_t(h200.sm_count) * defaults.ln_forward_block_rows_packed_min_rows_per_sm;
+    EXPECT_TRUE(wide_four.row.block_rows_packed) << where;
+    EXPECT_NE(wide_four.describe().find(" block-rows packed"), std::string::npos) << where;
+    EXPECT_TRUE(forward_plan(packed_above + 1, 16384, wide_type).row.block_rows_packed) << where;
+    EXPECT_FALSE(forward_plan(packed_above, 16384, wide_type).row.block_rows_packed) << where;
+    EXPECT_TRUE(forward_plan(packed_above, 16384, wide_type).row.block_rows) << where;
+    EXPECT_EQ(forward_plan(packed_above, 16384, wide_type).describe().find("packed"), std::string::npos) << where;
+    // only LayerNorm 16-bit blocks of kBlockRowMaxItems vectors a thread and more than kBlockRowMaxThreads
+    // vectors have the instance
+    EXPECT_FALSE(forward_plan(packed_above + 1, 16384, wide_type, true).row.block_rows_packed) << where;  // RMSNorm
+    EXPECT_FALSE(forward_plan(packed_above + 1, 8192, wide_type).row.block_rows_packed) << where;  // 512 x 2
+    EXPECT_FALSE(forward_plan(16384, 4096, wide_type).row.block_rows_packed) << where;            // 128 x 4
   }
+  EXPECT_FALSE(forward_plan(2048, 8192, DType::F32).row.block_rows_packed);  // fp32: 2048 vectors, 512 x 4
+  EXPECT_TRUE(forward_plan(2048, 8192, DType::F32).row.block_rows);
+  for (bool rms : {false, true})
+    for (int threads : {64, 128, 256, 512})
+      for (int items : {1, 2, 4})
+        for (int bytes : {2, 4})
+          EXPECT_EQ(block_rows_packed_instance(rms, bytes, threads, items),
+                    !rms && bytes == 2 && items == 4 && threads >= 256)
+              << rms << " " << threads << " " << items << " " << bytes;
+  PlannerTable never_packed;
+  never_packed.ln_forward_block_rows_packed_min_rows_per_sm = std::int64_t(1) << 40;
+  EXPECT_FALSE(forward_plan(16384, 8192, DType::BF16, false, never_packed).row.block_rows_packed);
+  EXPECT_TRUE(forward_plan(16384, 8192, DType::BF16, false, never_packed).row.block_rows);
+  PlannerTable always_packed;
+  always_packed.ln_forward_block_rows_packed_min_rows_per_sm = 0;
+  EXPECT_TRUE(forward_plan(1, 16384, DType::BF16, false, always_packed).row.block_rows_packed);
   // rows of at most kBlockRowMinThreads vectors: below forward_block_rows_narrow_below_bytes
   const std::int64_t narrow_below = defaults.forward_block_rows_narrow_below_bytes;
   ASSERT_EQ(narrow_below % 1024, 0);

@@ -865,6 +865,20 @@ const PlannerTable& forward_block_rows_table(bool block_rows) {
   return block_rows ? every_row : no_row;
 }
 
+const PlannerTable& forward_packed_block_rows_table(bool packed) {
+  static const PlannerTable tables[2] = {[] {
+                                           PlannerTable t = forward_block_rows_table(true);
+                                           t.ln_forward_block_rows_packed_min_rows_per_sm = std::int64_t(1) << 40;
+                                           return t;
+                                         }(),
+                                         [] {
+                                           PlannerTable t = forward_block_rows_table(true);
+                                           t.ln_forward_block_rows_packed_min_rows_per_sm = 0;
+                                           return t;
+                                         }()};
+  return tables[packed ? 1 : 0];
+}
+
 const PlannerTable& forward_packed_table(bool packed) {
   // (short rows take the short-row walk before the packed one, and rows of a block the one-row-a-block
   // walk before both: off in both tables, check_forward runs them)
@@ -923,6 +937,10 @@ void check_forward(const HostCase& hc, const DeviceCase& dc, const RefForward& r
                    "every short row on the short-row walk", "no short-row walk", "short-row walk");
   check_other_walk(hc, dc, ref, stream, out, &RowShape::block_rows, forward_block_rows_table,
                    "every row it can on the one-row-a-block walk", "no one-row-a-block walk", "one-row-a-block walk");
+  // ... and of its blocks that have a packed instance, the other instance (at any M)
+  check_other_walk(hc, dc, ref, stream, out, &RowShape::block_rows_packed, forward_packed_block_rows_table,
+                   "every row it can on the packed one-row-a-block walk", "the unpacked one-row-a-block walk",
+                   "packed one-row-a-block walk");
   // Both row walks of a cached RMSNorm row, whichever the built-in table picks: the packed one
   // (RowShape::packed) where it can serve, and the staged / small-grid one. The call above ran the
   // built-in table's walk; this one runs the other. LayerNorm has one walk.

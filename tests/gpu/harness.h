@@ -245,12 +245,16 @@ void expect_same_bits(const ForwardOut& a, const ForwardOut& b, const std::strin
 /// gpu_forward + expect_forward_matches, under the built-in table and under forward_packed_table(true
 /// and false): every RMSNorm forward case checks both walks of a cached row; under
 /// forward_short_rows_table: every forward of short vectorised rows checks both of their walks; and
-/// under forward_block_rows_table: every forward of rows a block can hold checks that walk and the other.
+/// under forward_block_rows_table: every forward of rows a block can hold checks that walk and the other;
+/// under forward_packed_block_rows_table: the blocks with a packed instance check both instances.
 void check_forward(const HostCase& hc, const DeviceCase& dc, const RefForward& ref,
                    cudaStream_t stream = test_stream());
 /// A planner table under which the forward takes the one-row-a-block walk (RowShape::block_rows) on
 /// every row it can (true: any M) or on none (false).
 const PlannerTable& forward_block_rows_table(bool block_rows);
+/// forward_block_rows_table(true) with the one-row-a-block blocks that have a packed instance
+/// (block_rows_packed_instance) taking it at any M (true) or never (false).
+const PlannerTable& forward_packed_block_rows_table(bool packed);
 /// A planner table under which the RMSNorm forward packs every row it can (true) or none (false), and
 /// no row takes the short-row or the one-row-a-block walk.
 const PlannerTable& forward_packed_table(bool packed);
