@@ -97,7 +97,7 @@ struct RowShape {
   bool block_rows = false;
   /// One row a block in the instance that holds x packed across its row sums, under launch bounds
   /// of its register budget (block_rows_packed_instance, block_row_min_blocks;
-  /// PlannerTable::ln_forward_block_rows_packed_min_rows_per_sm).
+  /// PlannerTable::forward_block_rows_packed_min_rows_per_sm).
   bool block_rows_packed = false;
   int block_threads() const { return threads_per_row * rows_per_block; }
 };
@@ -490,7 +490,15 @@ struct PlannerTable {
   /// resident blocks, which a grid of at most a block an SM does not have: 512 x 4 at 2 - 128 x 16384
   /// 1.06-1.12x the unpacked instance, 256 x 16384 (two rows an SM) 0.83, 16384 x 8192 (256 x 4)
   /// 0.89-0.93 (docs/NOTES.md entry 61).
-  std::int64_t ln_forward_block_rows_packed_min_rows_per_sm = 1;
+  std::int64_t forward_block_rows_packed_min_rows_per_sm = 1;
+  /// ... and the blocks of 16-bit rows with fp32 weights (whose packed form loads the weights after
+  /// the row sums) only from this many bytes of x. Why (bf16 / fp16 with fp32 weights, against the
+  /// unpacked instances; docs/NOTES.md entry 62): from 128 MiB 0.68-0.85 (LayerNorm 131072 x 4096 699
+  /// -> 521 us, 16384 x 8192 160 -> 134; RMSNorm 8192 x 12288 146 -> 100; RMSNorm 16384 x 4096, whose
+  /// blocks already had 57 registers, 0.99-1.00); up to 16 MiB the weights' round trip after the sums
+  /// cost the latency-bound grids 1.05-1.22x (1024 x 768, 4096 x 1024, 8192 x 1000, 256 x 8192).
+  /// Nothing measured between 16 and 128 MiB.
+  std::int64_t forward_block_rows_packed_mixed_min_bytes = std::int64_t(64) << 20;
   int forward_packed_items_target = 2;
   int forward_packed_block_threads = 256;
   /// Row iterations staged through shared memory by cp.async in the row-cached kernels (forward,
@@ -656,25 +664,36 @@ constexpr int short_row_min_blocks(int vectors) {
 constexpr int kBlockRowMinThreads = 64;
 constexpr int kBlockRowMaxThreads = 512;
 constexpr int kBlockRowMaxItems = 4;
-/// Blocks per SM the launch bounds of the one-row-a-block walk's packed instances keep resident
-/// (forward_packed_block_rows_kernel, block_rows_packed_instance: the 16-bit LayerNorm blocks of 4
-/// vectors a thread and more than kBlockRowMaxThreads vectors). Such a block holds its row's x (packed: 16-bit halves stay halves),
-/// weights and bias in registers across its two row sums, and those loads are all the bytes an SM
-/// has in flight; so the bound is the register budget of that row plus kBlockRowOtherRegisters
-/// (addresses, sums, conversions): 64 registers for 16-bit weights, 4 blocks of 256 threads an SM
-/// where launch bounds of the threads alone gave ptxas 83 registers and 2 blocks (the 512-thread
-/// instance: 103 registers, one block; docs/NOTES.md entry 61).
-constexpr bool block_rows_packed_instance(bool rms, int element_bytes, int threads, int items) {
-  return !rms && element_bytes < 4 && items == kBlockRowMaxItems && threads * items > kBlockRowMaxThreads;
+/// The one-row-a-block blocks with a packed instance (forward_packed_block_rows_kernel,
+/// RowShape::block_rows_packed): 16-bit rows with fp32 weights (autocast's mixed precision: under
+/// launch bounds of their threads alone ptxas gave them up to 123 registers, and they took 1.29-1.63x
+/// the time of 16-bit weights on large LayerNorm rows), and the 16-bit LayerNorm blocks of 4 vectors a
+/// thread and more than kBlockRowMaxThreads vectors (83-103 registers: one or two blocks an SM).
+/// The packed form holds only its row's x across the row sums (16-bit halves stay halves), fp32
+/// weights loaded after them a slot at a time, under launch bounds of that register budget
+/// (block_row_min_blocks): the loads in flight are all the bytes an SM has in flight
+/// (docs/NOTES.md entries 61, 62).
+constexpr bool block_rows_packed_instance(bool rms, int element_bytes, int weight_bytes, int threads, int items) {
+  return element_bytes < 4 &&
+         (weight_bytes > element_bytes || (!rms && items == kBlockRowMaxItems && threads * items > kBlockRowMaxThreads));
 }
+/// Blocks per SM the packed instances' launch bounds keep resident: registers for the row's x, its
+/// weights and bias (16-bit: all of them; fp32 on 16-bit rows: a slot), plus kBlockRowOtherRegisters
+/// (addresses, sums, conversions): 64 registers for the 16-bit LayerNorm 256 x 4 blocks (4 an SM, where
+/// ptxas had chosen 83 and 2), 48 for the same with fp32 weights (5; 123 and 2 before).
 constexpr int kBlockRowOtherRegisters = 16;
 constexpr int kRegistersPerSm = 65536;
 constexpr int kMaxThreadsPerSm = 2048;
+constexpr int kBlockRowMaxBoundBlocks = 16;
 constexpr int block_row_min_blocks(int threads, int items, int vec, int x_bytes, int weight_bytes, bool rms) {
-  const int row_registers = items * vec * (x_bytes + (rms ? 1 : 2) * weight_bytes) / 4;
+  // weights wider than x are loaded after the row sums, a slot at a time
+  const int weight_registers = (rms ? 1 : 2) * (weight_bytes > x_bytes ? 1 : items) * vec * weight_bytes / 4;
+  const int row_registers = items * vec * x_bytes / 4 + weight_registers;
   const int per_sm = kRegistersPerSm / (row_registers + kBlockRowOtherRegisters);
   const int blocks = (per_sm < kMaxThreadsPerSm ? per_sm : kMaxThreadsPerSm) / threads;
-  return blocks < 1 ? 1 : blocks;
+  // at most 16 (64-thread blocks: 1024 threads): asked for 25 blocks of 64 threads, ptxas gave 32
+  // registers where 40 fit, and spilled
+  return blocks < 1 ? 1 : blocks > kBlockRowMaxBoundBlocks ? kBlockRowMaxBoundBlocks : blocks;
 }
 /// The largest x dimension of a CUDA grid (2^31 - 1): a packed grid covers every row up to it and
 /// walks the rest by grid stride.

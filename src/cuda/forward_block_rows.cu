@@ -30,14 +30,16 @@ struct BlockRowParams {
   float eps;
 };
 
-/// The instances that can hold x packed across the row sums (block_rows_packed_instance): the 16-bit
-/// LayerNorm blocks of 4 vectors a thread and more than kBlockRowMaxThreads vectors (256 x 4, 512 x 4).
-/// They hold x, the weights and the bias across two block sums, and under launch bounds of THREADS
-/// alone ptxas gives them 83-103 registers (one or two blocks an SM); the plan takes the packed form
-/// for grids of more rows than SMs (RowShape::block_rows_packed). Elsewhere the conversions repeated
-/// measured 1-10 % slower (docs/NOTES.md entry 61).
-template <typename T, bool kRms, int THREADS, int ITEMS>
-constexpr bool kHoldPackedRow = block_rows_packed_instance(kRms, int(sizeof(T)), THREADS, ITEMS);
+/// The instances that can hold x packed across the row sums (block_rows_packed_instance): 16-bit rows
+/// with fp32 weights (autocast's mixed precision), and the 16-bit LayerNorm blocks of 4 vectors a
+/// thread and more than kBlockRowMaxThreads vectors (256 x 4, 512 x 4). Under launch bounds of THREADS
+/// alone ptxas gave those 83-125 registers (one or two blocks an SM); the packed form holds only the
+/// packed row across the sums (fp32 weights and bias are loaded after them, a slot at a time: they
+/// are the same for every row, L1 / L2 hits) under launch bounds of that register budget. The plan
+/// takes it for grids of more rows than SMs (RowShape::block_rows_packed): elsewhere the conversions
+/// repeated measured 1-10 % slower (docs/NOTES.md entry 61).
+template <typename T, typename W, bool kRms, int THREADS, int ITEMS>
+constexpr bool kHoldPackedRow = block_rows_packed_instance(kRms, int(sizeof(T)), int(sizeof(W)), THREADS, ITEMS);
 
 /// The row (blockIdx.x) of a block of THREADS threads; kPacked = kHoldPackedRow, the kernel's launch bounds.
 template <typename T, typename W, bool kRms, int THREADS, int ITEMS, int VEC, bool kPacked>
@@ -47,9 +49,14 @@ __device__ __forceinline__ void forward_block_row(const BlockRowParams<T, W>& p)
   const std::int64_t r = blockIdx.x;
   RowFragment<T, ITEMS, VEC> xv;  // slots past N hold 0
   xv.load(p.x.row(r), g, p.cols, true);
-  WeightFragment<W, ITEMS, VEC> w, b;  // in flight during the row sums
-  w.load(p.weight, g, p.cols, 1.f);
-  if constexpr (!kRms) b.load(p.bias, g, p.cols, 0.f);
+  // Weights wider than x in the packed form: loaded after the row sums, where each slot is stored
+  // (block_row_min_blocks counts one slot of them); otherwise in flight during the row sums.
+  constexpr bool kLateWeights = kPacked && sizeof(W) > sizeof(T);
+  WeightFragment<W, kLateWeights ? 1 : ITEMS, VEC> w, b;
+  if constexpr (!kLateWeights) {
+    w.load(p.weight, g, p.cols, 1.f);
+    if constexpr (!kRms) b.load(p.bias, g, p.cols, 0.f);
+  }
   // kPacked: x is converted again where it is used after each block sum (forget_conversions), so that
   // across the sums only the packed row is live (half the registers of floats), which
   // block_row_min_blocks counts on; the other instances keep the converted copy (fewer instructions).
@@ -60,7 +67,9 @@ __device__ __forceinline__ void forward_block_row(const BlockRowParams<T, W>& p)
     for (int i = 0; i < VEC; ++i) x[k][i] = xv.at(k, i);
   float mean = 0.f, rstd;
   if constexpr (kRms) {
-    rstd = rsqrtf(block_sum<THREADS>(lane_sum(x, [](float v) { return v * v; }), warp_sums[0]) * p.inv_cols + p.eps);
+    const float lane = lane_sum(x, [](float v) { return v * v; });
+    if constexpr (kPacked) xv.forget_conversions();
+    rstd = rsqrtf(block_sum<THREADS, kPacked>(lane, warp_sums[0]) * p.inv_cols + p.eps);
   } else {
     const float lane = lane_sum(x, [](float v) { return v; });
     if constexpr (kPacked) xv.forget_conversions();
@@ -75,15 +84,30 @@ __device__ __forceinline__ void forward_block_row(const BlockRowParams<T, W>& p)
   }
   T* const y_row = p.y.row(r);
 #pragma unroll
-  for (int k = 0; k < ITEMS; ++k)
+  for (int k = 0; k < ITEMS; ++k) {
+    float wk[VEC], bk[VEC];
+    if constexpr (kLateWeights) {
+      const int col = g.column<VEC>(k);
+      if (col < p.cols) {
+        load_weight_vec_or<W, VEC>(p.weight, col, 1.f, wk);
+        if constexpr (!kRms) load_weight_vec_or<W, VEC>(p.bias, col, 0.f, bk);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        wk[i] = w.at(k, i);
+        if constexpr (!kRms) bk[i] = b.at(k, i);
+      }
+    }
     store_slot<T, VEC>(y_row, g, k, p.cols, true, [&](int i) {
-      const float scaled = (kPacked ? xv.at(k, i) - mean : x[k][i]) * rstd * w.at(k, i);
+      const float scaled = (kPacked ? xv.at(k, i) - mean : x[k][i]) * rstd * wk[i];
       if constexpr (kRms) {
         return scaled;
       } else {
-        return scaled + b.at(k, i);
+        return scaled + bk[i];
       }
     });
+  }
   if (threadIdx.x == 0) {
     if (p.mean != nullptr) p.mean[r] = mean;
     p.rstd[r] = rstd;
@@ -131,11 +155,16 @@ void launch_forward_block_rows(const ForwardProblem& p, const Plan& plan, cudaSt
     void (*kernel)(BlockRowParams<T, W>) = p.rms ? forward_block_rows_kernel<T, W, true, threads(), items(), kVec>
                                                 : forward_block_rows_kernel<T, W, false, threads(), items(), kVec>;
     if (row.block_rows_packed) {
-      if constexpr (kHoldPackedRow<T, false, threads(), items()>) {
-        if (p.rms) throw no_instance();
-        kernel = forward_packed_block_rows_kernel<T, W, false, threads(), items(), kVec>;
+      if (p.rms) {
+        if constexpr (kHoldPackedRow<T, W, true, threads(), items()>)
+          kernel = forward_packed_block_rows_kernel<T, W, true, threads(), items(), kVec>;
+        else
+          throw no_instance();
       } else {
-        throw no_instance();
+        if constexpr (kHoldPackedRow<T, W, false, threads(), items()>)
+          kernel = forward_packed_block_rows_kernel<T, W, false, threads(), items(), kVec>;
+        else
+          throw no_instance();
       }
     }
     kernel<<<dim3(unsigned(row.blocks)), dim3(unsigned(threads())), 0, stream>>>(params);

@@ -1233,6 +1233,7 @@ TEST(Planner, ForwardRowsOfABlockTakeTheBlockRowWalk) {
   const std::int64_t four_items_from = defaults.ln_forward_block_rows_four_items_min_bytes;
   ASSERT_GT(four_items_from, wide_below);
   ASSERT_EQ(four_items_from % 16384, 0);
+  const std::int64_t packed_above = std::int64_t(h200.sm_count) * defaults.forward_block_rows_packed_min_rows_per_sm;
   for (DType wide_type : {DType::BF16, DType::F16}) {
     const std::string where = dtype_name(wide_type);
     EXPECT_FALSE(forward_plan(four_items_from / 16384 - 1, 8192, wide_type).row.block_rows) << where;
@@ -1248,8 +1249,7 @@ TEST(Planner, ForwardRowsOfABlockTakeTheBlockRowWalk) {
       EXPECT_EQ(longest.row.threads_per_row, kBlockRowMaxThreads) << where << " " << rows;
     }
     EXPECT_FALSE(forward_plan(below / 16384, 8192, wide_type).row.block_rows) << where;
-    // ... in their packed instance for more rows than ln_forward_block_rows_packed_min_rows_per_sm a SM
-    const std::int64_t packed_above = std::int64_t(h200.sm_count) * defaults.ln_forward_block_rows_packed_min_rows_per_sm;
+    // ... in their packed instance for more rows than forward_block_rows_packed_min_rows_per_sm a SM
     EXPECT_TRUE(wide_four.row.block_rows_packed) << where;
     EXPECT_NE(wide_four.describe().find(" block-rows packed"), std::string::npos) << where;
     EXPECT_TRUE(forward_plan(packed_above + 1, 16384, wide_type).row.block_rows_packed) << where;
@@ -1268,15 +1268,41 @@ TEST(Planner, ForwardRowsOfABlockTakeTheBlockRowWalk) {
     for (int threads : {64, 128, 256, 512})
       for (int items : {1, 2, 4})
         for (int bytes : {2, 4})
-          EXPECT_EQ(block_rows_packed_instance(rms, bytes, threads, items),
-                    !rms && bytes == 2 && items == 4 && threads >= 256)
-              << rms << " " << threads << " " << items << " " << bytes;
+          for (int weight_bytes : {bytes, 4})
+            EXPECT_EQ(block_rows_packed_instance(rms, bytes, weight_bytes, threads, items),
+                      bytes == 2 && (weight_bytes == 4 || (!rms && items == 4 && threads >= 256)))
+                << rms << " " << threads << " " << items << " " << bytes << " " << weight_bytes;
+  // 16-bit rows with fp32 weights (autocast's mixed precision): every block of them, LayerNorm and
+  // RMSNorm, for more rows than SMs and from forward_block_rows_packed_mixed_min_bytes of x
+  const std::int64_t mixed_from = defaults.forward_block_rows_packed_mixed_min_bytes;
+  PlannerTable mixed_any_size;
+  mixed_any_size.forward_block_rows_packed_mixed_min_bytes = 0;
+  for (bool rms : {false, true}) {
+    for (std::int64_t n : {768, 4096, 8192}) {
+      const std::int64_t rows_from = std::max(packed_above + 1, mixed_from / (2 * n) + 1);
+      Problem mixed = backward(rows_from, n, DType::BF16);
+      mixed.op = rms ? Op::RmsNormForward : Op::LayerNormForward;
+      mixed.weight_dtype = DType::F32;
+      const Plan mixed_plan = normkit::plan(mixed, h200, Strategy::Auto);
+      EXPECT_TRUE(mixed_plan.row.block_rows && mixed_plan.row.block_rows_packed) << mixed_plan.describe();
+      mixed.rows = mixed_from / (2 * n) - 1;  // below the bytes
+      EXPECT_FALSE(normkit::plan(mixed, h200, Strategy::Auto).row.block_rows_packed) << n;
+      const Plan below = normkit::plan(mixed, h200, Strategy::Auto, mixed_any_size);
+      EXPECT_EQ(below.row.block_rows_packed, below.row.block_rows) << below.describe();  // (8192 LN: staged)
+      mixed.rows = packed_above;  // a block an SM or fewer: never
+      EXPECT_FALSE(normkit::plan(mixed, h200, Strategy::Auto, mixed_any_size).row.block_rows_packed) << n;
+      mixed.weight_dtype = DType::BF16;
+      mixed.rows = rows_from;
+      // 16-bit weights: only the wide LayerNorm blocks (8192 columns: 256 x 4 from 64 MiB)
+      EXPECT_EQ(normkit::plan(mixed, h200, Strategy::Auto).row.block_rows_packed, !rms && n == 8192) << n;
+    }
+  }
   PlannerTable never_packed;
-  never_packed.ln_forward_block_rows_packed_min_rows_per_sm = std::int64_t(1) << 40;
+  never_packed.forward_block_rows_packed_min_rows_per_sm = std::int64_t(1) << 40;
   EXPECT_FALSE(forward_plan(16384, 8192, DType::BF16, false, never_packed).row.block_rows_packed);
   EXPECT_TRUE(forward_plan(16384, 8192, DType::BF16, false, never_packed).row.block_rows);
   PlannerTable always_packed;
-  always_packed.ln_forward_block_rows_packed_min_rows_per_sm = 0;
+  always_packed.forward_block_rows_packed_min_rows_per_sm = 0;
   EXPECT_TRUE(forward_plan(1, 16384, DType::BF16, false, always_packed).row.block_rows_packed);
   // rows of at most kBlockRowMinThreads vectors: below forward_block_rows_narrow_below_bytes
   const std::int64_t narrow_below = defaults.forward_block_rows_narrow_below_bytes;

@@ -868,12 +868,13 @@ const PlannerTable& forward_block_rows_table(bool block_rows) {
 const PlannerTable& forward_packed_block_rows_table(bool packed) {
   static const PlannerTable tables[2] = {[] {
                                            PlannerTable t = forward_block_rows_table(true);
-                                           t.ln_forward_block_rows_packed_min_rows_per_sm = std::int64_t(1) << 40;
+                                           t.forward_block_rows_packed_min_rows_per_sm = std::int64_t(1) << 40;
                                            return t;
                                          }(),
                                          [] {
                                            PlannerTable t = forward_block_rows_table(true);
-                                           t.ln_forward_block_rows_packed_min_rows_per_sm = 0;
+                                           t.forward_block_rows_packed_min_rows_per_sm = 0;
+                                           t.forward_block_rows_packed_mixed_min_bytes = 0;
                                            return t;
                                          }()};
   return tables[packed ? 1 : 0];
