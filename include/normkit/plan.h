@@ -496,8 +496,8 @@ struct PlannerTable {
   /// unpacked instances; docs/NOTES.md entry 62): from 128 MiB 0.68-0.85 (LayerNorm 131072 x 4096 699
   /// -> 521 us, 16384 x 8192 160 -> 134; RMSNorm 8192 x 12288 146 -> 100; RMSNorm 16384 x 4096, whose
   /// blocks already had 57 registers, 0.99-1.00); up to 16 MiB the weights' round trip after the sums
-  /// cost the latency-bound grids 1.05-1.22x (1024 x 768, 4096 x 1024, 8192 x 1000, 256 x 8192).
-  /// Nothing measured between 16 and 128 MiB.
+  /// cost the latency-bound grids 1.05-1.22x (1024 x 768, 4096 x 1024, 8192 x 1000, 256 x 8192). At
+  /// 64 MiB (8192 x 4096) LayerNorm 0.77, RMSNorm 1.00; 32 MiB was not measured packed.
   std::int64_t forward_block_rows_packed_mixed_min_bytes = std::int64_t(64) << 20;
   int forward_packed_items_target = 2;
   int forward_packed_block_threads = 256;
