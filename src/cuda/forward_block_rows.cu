@@ -52,7 +52,7 @@ __device__ __forceinline__ void forward_block_row(const BlockRowParams<T, W>& p)
   // Weights wider than x in the packed form: loaded after the row sums, where each slot is stored
   // (block_row_min_blocks counts one slot of them); otherwise in flight during the row sums.
   constexpr bool kLateWeights = kPacked && sizeof(W) > sizeof(T);
-  WeightFragment<W, kLateWeights ? 1 : ITEMS, VEC> w, b;
+  WeightFragment<W, kLateWeights ? 1 : ITEMS, VEC> w, b;  // (late weights: unused)
   if constexpr (!kLateWeights) {
     w.load(p.weight, g, p.cols, 1.f);
     if constexpr (!kRms) b.load(p.bias, g, p.cols, 0.f);
