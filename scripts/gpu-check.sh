@@ -5,8 +5,8 @@
 # summary is printed last.
 #
 #   scripts/gpu-check.sh [stage ...]     stages: build ctest python bench (= seed llm) llm-unstaged sweep profile
-#                                        profile-wide profile-peers pyprobe pysmoke peers e2e tables tune ab
-#                                        racecheck
+#                                        profile-wide profile-peers pyprobe pysmoke peers e2e host tables tune
+#                                        ab racecheck
 #                                        (default: build ctest python bench)
 #
 # Environment: OUT (log folder, default ./gpu-check-out), JOBS (build parallelism, default nproc),
@@ -128,9 +128,16 @@ if has_stage pyprobe; then
   run_stage pyprobe bash scripts/python-build-probe.sh
   grep -vE "^default g\+\+: #define _PSTL" "$LOGS/pyprobe.log" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
+# The stages below that import normkit without the `python` stage install it once first.
+installed=0
+ensure_installed() {
+  if has_stage python || [ $installed = 1 ]; then return; fi
+  MAX_JOBS=$JOBS run_stage pip python3 -m pip install --no-build-isolation --no-deps -v .
+  installed=1
+}
 if has_stage pysmoke; then
   # One check per fresh process (scripts/python-smoke.sh), for a crash of the installed package.
-  has_stage python || MAX_JOBS=$JOBS run_stage pip python3 -m pip install --no-build-isolation --no-deps -v .
+  ensure_installed
   run_stage pysmoke bash scripts/python-smoke.sh
   grep -E "^(PASS|FAIL)|^compiler|^ldd" "$LOGS/pysmoke.log" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
@@ -173,8 +180,17 @@ if has_stage profile-wide; then
       "$BENCH" --shape 2048,65536 --op ln_fwd,ln_bwd --dtype bf16 --strategy tiled --mode events --iters 1 --warmup 0 --runs 1
   done
 fi
+if has_stage host; then
+  # Host time per call of the PyTorch ops against ATen's (bench/host_overhead.py); HOST_ARGS adds options.
+  ensure_installed
+  run_stage host python3 bench/host_overhead.py --commit "$COMMIT" --md "$RESULTS/h200-host-overhead.md" ${HOST_ARGS:-}
+  grep -E "^\| (ln|rms)_" "$LOGS/host.log" | sed 's/^/  /' | tee -a "$SUMMARY"
+fi
 if has_stage e2e; then
-  run_stage e2e timeout "${E2E_TIMEOUT:-600}" python3 bench/e2e.py --commit "$COMMIT" --out "$RESULTS/h200-e2e.md"
+  # E2E_ARGS replaces the default options, e.g. "--profile --models bart --precisions bf16".
+  ensure_installed
+  run_stage e2e timeout "${E2E_TIMEOUT:-600}" python3 bench/e2e.py --commit "$COMMIT" ${E2E_ARGS:---out $RESULTS/h200-e2e.md}
+  grep -E "steps/s|^## " "$LOGS/e2e.log" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
 if has_stage sweep; then
   # SWEEP_DTYPES / SWEEP_OPS narrow the grid when device time is short; plots are redrawn after each dtype.

@@ -30,15 +30,21 @@ Plan plan_for(const BackwardProblem& p, const ExecConfig& config) {
   return plan(detail::planner_problem(p), facts, config.strategy, table_of(config));
 }
 
+template <typename Problem>
+void validate_call(const Problem& p, const ExecConfig& config) {
+  detail::validate(p, config.device,
+                   config.caller_checked_pointers ? detail::PointerQuery::Skip : detail::PointerQuery::Ask);
+}
+
 /// The plan query of the public API: the arguments are validated first, as by the call itself.
 template <typename Problem>
 Plan validated_plan(const Problem& p, const ExecConfig& config) {
-  detail::validate(p, config.device);
+  validate_call(p, config);
   return plan_for(p, config);
 }
 
 void run_forward(const ForwardProblem& p, const ExecConfig& config) {
-  detail::validate(p, config.device);
+  validate_call(p, config);
   if (config.device == Device::Cpu) {
     detail::reference_forward(p);
     return;
@@ -48,13 +54,13 @@ void run_forward(const ForwardProblem& p, const ExecConfig& config) {
 }
 
 std::size_t backward_workspace(const BackwardProblem& p, const ExecConfig& config) {
-  detail::validate(p, config.device);
+  validate_call(p, config);
   if (config.device == Device::Cpu) return 0;
   return plan_for(p, config).workspace_bytes;
 }
 
 void run_backward(const BackwardProblem& p, const ExecConfig& config, Workspace workspace) {
-  detail::validate(p, config.device);
+  validate_call(p, config);
   if (config.device == Device::Cpu) {
     // The reference path honours strategy only in that a forced strategy must still be one the
     // planner could serve: results never depend on it.

@@ -99,6 +99,14 @@ struct ExecConfig {
   /// The planner's thresholds for this call (nullptr: default_planner_table(), i.e. the built-in
   /// H200 table or the file NORMKIT_PLANNER_TABLE names). Must outlive the call.
   const PlannerTable* table = nullptr;
+  /// true: the caller has already made sure that every pointer of the call is memory of `device`
+  /// (a framework whose tensors carry their device, as normkit's PyTorch binding does). Validation
+  /// then skips the one check that asks the CUDA runtime, cudaPointerGetAttributes on each
+  /// pointer (up to 8 a call, twice for a backward that first asks its workspace size), which
+  /// turns a pageable host pointer given to a CUDA call into an error naming the argument. Every
+  /// other check (dtypes, sizes, strides, null data, alignment) still runs. Leave it false unless
+  /// the pointers' device is known: a host pointer would reach a kernel and fault.
+  bool caller_checked_pointers = false;
 };
 
 }  // namespace normkit

@@ -19,6 +19,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <array>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -75,14 +76,19 @@ using Shape = c10::SymIntArrayRef;
 
 class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
  public:
+  /// The forward op's typed handle (looked up once).
+  static const auto& op() {
+    static const auto handle = c10::Dispatcher::singleton()
+                                   .findSchemaOrThrow("normkit::layer_norm_forward", "")
+                                   .typed<std::tuple<Tensor, Tensor, Tensor>(const Tensor&, Shape, const std::optional<Tensor>&,
+                                                                             const std::optional<Tensor>&, double)>();
+    return handle;
+  }
+
   static variable_list forward(AutogradContext* ctx, const Tensor& x, Shape normalized_shape,
                                const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, double eps) {
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow("normkit::layer_norm_forward", "")
-                               .typed<std::tuple<Tensor, Tensor, Tensor>(const Tensor&, Shape, const std::optional<Tensor>&,
-                                                                         const std::optional<Tensor>&, double)>();
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [y, mean, rstd] = op.call(x, normalized_shape, weight, bias, eps);
+    auto [y, mean, rstd] = op().call(x, normalized_shape, weight, bias, eps);
     ctx->save_for_backward({x, or_undefined(weight), or_undefined(bias), mean, rstd});
     ctx->saved_data["normalized_shape"] = normalized_shape.vec();
     ctx->saved_data["has_weight"] = has(weight);
@@ -120,14 +126,19 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
 
 class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
  public:
+  /// The forward op's typed handle (looked up once).
+  static const auto& op() {
+    static const auto handle = c10::Dispatcher::singleton()
+                                   .findSchemaOrThrow("normkit::rms_norm_forward", "")
+                                   .typed<std::tuple<Tensor, Tensor>(const Tensor&, Shape, const std::optional<Tensor>&,
+                                                                     std::optional<double>)>();
+    return handle;
+  }
+
   static variable_list forward(AutogradContext* ctx, const Tensor& x, Shape normalized_shape,
                                const std::optional<Tensor>& weight, std::optional<double> eps) {
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow("normkit::rms_norm_forward", "")
-                               .typed<std::tuple<Tensor, Tensor>(const Tensor&, Shape, const std::optional<Tensor>&,
-                                                                 std::optional<double>)>();
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [y, rstd] = op.call(x, normalized_shape, weight, eps);
+    auto [y, rstd] = op().call(x, normalized_shape, weight, eps);
     ctx->save_for_backward({x, or_undefined(weight), rstd});
     ctx->saved_data["normalized_shape"] = normalized_shape.vec();
     ctx->saved_data["has_weight"] = has(weight);
@@ -156,15 +167,34 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   }
 };
 
+/// Whether a forward has anything to record: grad mode on and an input that requires grad. When not
+/// (inference, torch.no_grad, frozen norms), the op runs below autograd directly: Function::apply
+/// would still build its context (saved tensors, the saved_data entries) for nothing.
+bool records_graph(const Tensor& x, std::initializer_list<const std::optional<Tensor>*> params) {
+  if (!at::GradMode::is_enabled()) return false;
+  if (x.requires_grad()) return true;
+  for (const std::optional<Tensor>* p : params)
+    if (has(*p) && (*p)->requires_grad()) return true;
+  return false;
+}
+
 std::tuple<Tensor, Tensor, Tensor> layer_norm_forward_autograd(const Tensor& x, Shape normalized_shape,
                                                                const std::optional<Tensor>& weight,
                                                                const std::optional<Tensor>& bias, double eps) {
+  if (!records_graph(x, {&weight, &bias})) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return LayerNormFunction::op().call(x, normalized_shape, weight, bias, eps);
+  }
   const variable_list out = LayerNormFunction::apply(x, normalized_shape, weight, bias, eps);
   return {out[0], out[1], out[2]};
 }
 
 std::tuple<Tensor, Tensor> rms_norm_forward_autograd(const Tensor& x, Shape normalized_shape,
                                                      const std::optional<Tensor>& weight, std::optional<double> eps) {
+  if (!records_graph(x, {&weight})) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return RmsNormFunction::op().call(x, normalized_shape, weight, eps);
+  }
   const variable_list out = RmsNormFunction::apply(x, normalized_shape, weight, eps);
   return {out[0], out[1]};
 }

@@ -193,6 +193,9 @@ struct Exec {
 
 void make_exec(Exec& exec, const char* op, const Tensor& x, std::string_view strategy) {
   exec.config.strategy = translate_errors([&] { return normkit::parse_strategy(std::string(strategy)); });
+  // check_tensor has put every tensor of the call on x's device (and every CUDA tensor is device
+  // memory), so the library need not ask the CUDA runtime about each pointer again.
+  exec.config.caller_checked_pointers = true;
   if (x.device().is_cpu()) {
     exec.config.device = normkit::Device::Cpu;
     return;

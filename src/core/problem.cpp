@@ -97,7 +97,7 @@ std::string format_double(double v) {
 /// "normkit.<op>: argument '<name>' <what is wrong, actual vs expected>".
 class Validator {
  public:
-  Validator(Op op, Device device) : op_(op), device_(device) {}
+  Validator(Op op, Device device, PointerQuery pointers) : op_(op), device_(device), pointers_(pointers) {}
 
   [[noreturn]] void fail(const char* argument, const std::string& problem) const {
     throw Error(std::string("normkit.") + op_name(op_) + ": argument '" + argument + "' " + problem);
@@ -200,6 +200,7 @@ class Validator {
       if (has_elements) fail(name, "has null data but is not empty");
       return;
     }
+    if (pointers_ == PointerQuery::Skip) return;
     const PointerKind kind = classify_pointer(data);
     if (device_ == Device::Cpu && kind == PointerKind::Device)
       fail(name, "is a CUDA device pointer but the call runs on the CPU");
@@ -209,6 +210,7 @@ class Validator {
 
   Op op_;
   Device device_;
+  PointerQuery pointers_;
   const char* weight_dtype_owner_ = nullptr;
   DType weight_dtype_ = DType::F32;
 };
@@ -224,8 +226,8 @@ bool rows_aligned(const void* data, DType dtype, std::int64_t stride, std::int64
 
 }  // namespace
 
-void validate(const ForwardProblem& p, Device device) {
-  Validator v(p.rms ? Op::RmsNormForward : Op::LayerNormForward, device);
+void validate(const ForwardProblem& p, Device device, PointerQuery pointers) {
+  Validator v(p.rms ? Op::RmsNormForward : Op::LayerNormForward, device, pointers);
   v.check_defining_activation("x", p.x);
   const DType t = p.x.dtype;
   const std::int64_t m = p.rows(), n = p.cols();
@@ -253,8 +255,8 @@ void validate(const ForwardProblem& p, Device device) {
   v.check_vector("rstd", p.rstd, m, "M");
 }
 
-void validate(const BackwardProblem& p, Device device) {
-  Validator v(p.rms ? Op::RmsNormBackward : Op::LayerNormBackward, device);
+void validate(const BackwardProblem& p, Device device, PointerQuery pointers) {
+  Validator v(p.rms ? Op::RmsNormBackward : Op::LayerNormBackward, device, pointers);
   v.check_defining_activation("x", p.x);
   const DType t = p.x.dtype;
   const std::int64_t m = p.rows(), n = p.cols();

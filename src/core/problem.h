@@ -45,10 +45,13 @@ ForwardProblem to_problem(const RmsNormForwardArgs& a);
 BackwardProblem to_problem(const LayerNormBackwardArgs& a);
 BackwardProblem to_problem(const RmsNormBackwardArgs& a);
 
+/// Whether validation asks the CUDA runtime where each pointer lives (ExecConfig::caller_checked_pointers).
+enum class PointerQuery : bool { Skip, Ask };
+
 /// Throws normkit::Error (naming the argument, expected vs actual) on any invalid argument.
 /// Writes nothing.
-void validate(const ForwardProblem& p, Device device);
-void validate(const BackwardProblem& p, Device device);
+void validate(const ForwardProblem& p, Device device, PointerQuery pointers);
+void validate(const BackwardProblem& p, Device device, PointerQuery pointers);
 
 /// The planner's view of a validated call.
 Problem planner_problem(const ForwardProblem& p);

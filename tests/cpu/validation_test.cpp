@@ -54,6 +54,11 @@ void expect_all_rejected(const Args& valid, const std::vector<BadCase<Args>>& ca
 }
 
 constexpr std::int64_t kM = 3, kN = 1024;
+const ExecConfig kCpuCallerChecked = [] {
+  ExecConfig c{Device::Cpu};
+  c.caller_checked_pointers = true;
+  return c;
+}();
 constexpr std::int64_t kHuge = std::int64_t(1) << 40;  // kHuge * kHuge overflows int64
 
 // ---------------------------------------------------------------------------------------------
@@ -116,6 +121,9 @@ TEST(Validation, LayerNormForwardRejectsEachBadArgument) {
   poison(s.mean.buffer);
   poison(s.rstd.buffer);
   expect_all_rejected(s.args(), cases, [](const A& a) { layer_norm_forward(a, kCpu); },
+                      {&s.y.buffer, &s.mean.buffer, &s.rstd.buffer});
+  // A caller that vouches for its pointers' device skips only the runtime's pointer query.
+  expect_all_rejected(s.args(), cases, [](const A& a) { layer_norm_forward(a, kCpuCallerChecked); },
                       {&s.y.buffer, &s.mean.buffer, &s.rstd.buffer});
 }
 
@@ -189,6 +197,8 @@ TEST(Validation, LayerNormBackwardRejectsEachBadArgument) {
   poison(s.dweight.buffer);
   poison(s.dbias.buffer);
   expect_all_rejected(s.args(), cases, [](const A& a) { layer_norm_backward(a, kCpu); },
+                      {&s.dx.buffer, &s.dweight.buffer, &s.dbias.buffer});
+  expect_all_rejected(s.args(), cases, [](const A& a) { layer_norm_backward(a, kCpuCallerChecked); },
                       {&s.dx.buffer, &s.dweight.buffer, &s.dbias.buffer});
 }
 

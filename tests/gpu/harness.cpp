@@ -32,6 +32,7 @@ void cuda_check(cudaError_t err, const char* what, const char* file, int line) {
 
 namespace {
 cudaStream_t g_stream = nullptr;
+bool caller_checked_pointers = false;  // set by CallerCheckedPointers
 std::map<std::string, std::unique_ptr<Bundle>>& cache() {
   static std::map<std::string, std::unique_ptr<Bundle>> c;
   return c;
@@ -662,7 +663,8 @@ BackwardOut gpu_backward(const HostCase& hc, const DeviceCase& dc, Mask mask, St
     la.dweight = dw;
     la.dbias = db;
   }
-  const ExecConfig cfg{Device::Cuda, stream, strategy, table};
+  ExecConfig cfg{Device::Cuda, stream, strategy, table};
+  cfg.caller_checked_pointers = caller_checked_pointers;
   auto plan_call = [&] { return s.rms ? plan_rms_norm_backward(ra, cfg) : plan_layer_norm_backward(la, cfg); };
   auto ws_call = [&] {
     return s.rms ? rms_norm_backward_workspace_size(ra, cfg) : layer_norm_backward_workspace_size(la, cfg);
@@ -783,7 +785,8 @@ ForwardOut gpu_forward(const HostCase& hc, const DeviceCase& dc, cudaStream_t st
   std::optional<ConstVec> w, b;
   if (s.has_weight) w = ConstVec{dc.weight.get(), wt, s.N};
   if (s.bias_present()) b = ConstVec{dc.bias.get(), wt, s.N};
-  const ExecConfig cfg{Device::Cuda, stream, Strategy::Auto, table};
+  ExecConfig cfg{Device::Cuda, stream, Strategy::Auto, table};
+  cfg.caller_checked_pointers = caller_checked_pointers;
   ForwardOut out;
   if (s.rms) {
     RmsNormForwardArgs a;
@@ -958,5 +961,10 @@ void check_forward(const HostCase& hc, const DeviceCase& dc, const RefForward& r
   if (packed_walk.plan.row.packed && !testing::Test::HasFailure())
     expect_same_bits(packed_walk, gpu_forward(hc, dc, stream, packed ? &table : nullptr), "packed walk");
 }
+
+CallerCheckedPointers::CallerCheckedPointers() : previous_(caller_checked_pointers) {
+  caller_checked_pointers = true;
+}
+CallerCheckedPointers::~CallerCheckedPointers() { caller_checked_pointers = previous_; }
 
 }  // namespace normkit::gputest

@@ -266,6 +266,19 @@ const PlannerTable& forward_short_rows_table(bool short_rows);
 /// and gamma/beta-only mask) vs the reference.
 void check_forward_and_backward(const Spec& spec, double floor = 1e-30);
 
+/// While one is alive, the CUDA calls of gpu_forward / gpu_backward set
+/// ExecConfig::caller_checked_pointers (the PyTorch binding's setting: no pointer queries).
+class CallerCheckedPointers {
+ public:
+  CallerCheckedPointers();
+  ~CallerCheckedPointers();
+  CallerCheckedPointers(const CallerCheckedPointers&) = delete;
+  CallerCheckedPointers& operator=(const CallerCheckedPointers&) = delete;
+
+ private:
+  bool previous_;
+};
+
 /// A HostCase holding only the given rows of `hc` (packed), with their mean/rstd: the reference of
 /// a sample of rows of a case too large to check whole.
 std::unique_ptr<HostCase> take_rows(const HostCase& hc, const std::vector<std::int64_t>& rows);

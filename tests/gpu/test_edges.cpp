@@ -100,6 +100,23 @@ INSTANTIATE_TEST_SUITE_P(
                     strided(rms_spec("rms_M20000_N64_f32_pad3", 20000, 64, DT::F32), 3, 5, 1)),
     spec_name);
 
+// ---- ExecConfig::caller_checked_pointers (the PyTorch binding's setting): the same results ----
+
+class CallerChecked : public testing::TestWithParam<Spec> {};
+
+TEST_P(CallerChecked, ForwardAndBackwardMatchReference) {
+  const CallerCheckedPointers no_pointer_queries;
+  check_forward_and_backward(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Pointers, CallerChecked,
+    testing::Values(ln_spec("ln_M4096_N768_f32", 4096, 768, DT::F32),
+                    with_weight_dtype(ln_spec("ln_M1024_N768_bf16_w32", 1024, 768, DT::BF16), DT::F32),
+                    strided(ln_spec("ln_M300_N1000_f16_pad7_13_5", 300, 1000, DT::F16), 7, 13, 5),
+                    rms_spec("rms_M8_N4096_bf16", 8, 4096, DT::BF16)),
+    spec_name);
+
 // ---- output-mask variants x every strategy (small M keeps the reference cheap) ----
 
 using MaskParam = std::tuple<Spec, Mask, Strategy>;

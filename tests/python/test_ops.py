@@ -127,6 +127,26 @@ def test_backward_runs_only_the_backward_op():
         assert x.grad is not None and w.grad is not None
 
 
+def test_forward_without_grad_records_nothing_and_matches():
+    """With nothing to differentiate (torch.no_grad, or no input requiring grad) the forward ops run
+    below autograd without building a context: same bits as the recording path, no grad_fn. With
+    only the weight requiring grad (frozen activations) the graph is still recorded."""
+    x, dy, w, b = make_inputs((6, 40), (40,), torch.float32, DEV)
+    for name, fn in (("layer_norm", lambda x, w, b: normkit.layer_norm(x, (40,), w, b)),
+                     ("rms_norm", lambda x, w, b: normkit.rms_norm(x, (40,), w))):
+        plain = fn(x, w, b)
+        assert plain.grad_fn is None and not plain.requires_grad, name
+        wg = w.clone().requires_grad_()
+        recorded = fn(x, wg, b)
+        assert recorded.grad_fn is not None, f"{name}: weight requires grad but no graph was recorded"
+        assert torch.equal(plain, recorded.detach()), name
+        with torch.no_grad():
+            under_no_grad = fn(x, wg, b)
+        assert under_no_grad.grad_fn is None and torch.equal(under_no_grad, plain), name
+        recorded.backward(dy)
+        assert wg.grad is not None and torch.isfinite(wg.grad).all(), name
+
+
 def test_stats_shapes_and_dtypes():
     for dtype in DTYPES:
         x = torch.randn(2, 3, 4, 8, device=DEV).to(dtype)
