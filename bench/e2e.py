@@ -10,7 +10,7 @@ curves agree step by step within a tolerance. Nothing is downloaded: configs are
 here, weights are random, there is no tokenizer. Dropout is set to 0 so that both runs see the
 same computation.
 
-    python bench/e2e.py [--out bench/results/h200-e2e.md] [--steps 20] [--models bart,llama]
+    python bench/e2e.py [--out bench/results/h200-e2e.md] [--steps 20] [--models bart,llama] [--repeats 3]
     python bench/e2e.py --profile [--models bart --precisions bf16]   # where the time goes
 
 --profile skips the timed comparison: it runs a few steps of both models under torch.profiler and
@@ -22,6 +22,7 @@ import argparse
 import copy
 import datetime
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -102,6 +103,14 @@ def profile(model, batches, precision, label, top=12):
     print(f"## {label}: wall {wall * 1e3:.2f} ms/step (profiled), GPU kernels {total / 1e3:.2f} ms/step", flush=True)
     for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[:top]:
         print(f"  {e.self_device_time_total / len(steps) / 1e3:8.3f} ms  {e.count // len(steps):5d}x  {e.key[:110]}")
+    # host side: the norm ops' CPU time per call (total = with what they call), and the busiest host ops
+    ops = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CPU]
+    for e in sorted((e for e in ops if "norm" in e.key.lower()), key=lambda e: -e.cpu_time_total)[:8]:
+        print(f"  host {e.cpu_time_total / max(e.count, 1):8.1f} us/call total, {e.self_cpu_time_total / max(e.count, 1):7.1f} "
+              f"self, {e.count // len(steps):4d}x/step  {e.key[:90]}")
+    print(f"  host ops by self CPU time per step: " + ", ".join(
+        f"{e.key[:40]} {e.self_cpu_time_total / len(steps) / 1e3:.2f} ms"
+        for e in sorted(ops, key=lambda e: -e.self_cpu_time_total)[:8]))
     norm = [e for e in kernels if any(k in e.key.lower() for k in ("norm", "layer_norm", "gamma", "reduce_partials"))]
     print(f"  norm-like kernels: {sum(e.self_device_time_total for e in norm) / len(steps) / 1e3:.3f} ms/step, "
           f"{sum(e.count for e in norm) // len(steps)} launches/step", flush=True)
@@ -133,6 +142,9 @@ def main():
     parser.add_argument("--models", default="bart,llama")
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--profile", action="store_true", help="profile a few steps of each run instead of timing")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed runs of each side, alternating torch / normkit (order swapped every repeat); "
+                             "steps/s is their median")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench/e2e.py needs a CUDA device")
@@ -161,20 +173,33 @@ def main():
                 del base, swapped
                 torch.cuda.empty_cache()
                 continue
-            torch_losses, torch_sps = train(base, batches, precision, args.warmup)
-            del base
+            # Alternating runs from the same initial weights (the order swapped every repeat), medians of
+            # steps/s: a host-bound step drifts by several % within one process, so one run of each side
+            # after the other measured the drift as much as the norms.
+            sps = {"torch": [], "normkit": []}
+            losses = {}
+            for r in range(args.repeats):
+                for side in (("torch", "normkit") if r % 2 == 0 else ("normkit", "torch")):
+                    model = copy.deepcopy(base if side == "torch" else swapped)
+                    side_losses, side_sps = train(model, batches, precision, args.warmup)
+                    del model
+                    torch.cuda.empty_cache()
+                    sps[side].append(side_sps)
+                    losses.setdefault(side, side_losses)
+            del base, swapped
             torch.cuda.empty_cache()
-            nk_losses, nk_sps = train(swapped, batches, precision, args.warmup)
-            del swapped
-            torch.cuda.empty_cache()
+            torch_losses, nk_losses = losses["torch"], losses["normkit"]
+            torch_sps, nk_sps = statistics.median(sps["torch"]), statistics.median(sps["normkit"])
+            spread = {k: (min(v), max(v)) for k, v in sps.items()}
             diff = max(abs(a - b) / abs(b) for a, b in zip(nk_losses, torch_losses))
             ok = diff <= TOLERANCE[precision]
             if not ok:
                 failures.append(f"{name} {precision}: max relative loss difference {diff:.2e}")
             rows.append((label, precision, f"{batch}x{seq}", count, torch_sps, nk_sps, torch_losses, nk_losses,
-                         diff, ok))
+                         diff, ok, spread))
             curves.append((name, precision, torch_losses, nk_losses))
-            print(f"{name:6s} {precision}: torch {torch_sps:.2f} steps/s, normkit {nk_sps:.2f} steps/s "
+            print(f"{name:6s} {precision}: torch {torch_sps:.2f} steps/s ({spread['torch'][0]:.2f}-{spread['torch'][1]:.2f}), "
+                  f"normkit {nk_sps:.2f} steps/s ({spread['normkit'][0]:.2f}-{spread['normkit'][1]:.2f}) "
                   f"({nk_sps / torch_sps:.3f}x), {count} norms swapped, max rel loss diff {diff:.2e} "
                   f"{'ok' if ok else 'FAIL'}", flush=True)
 
@@ -188,17 +213,19 @@ def main():
         f"- torch: {torch.__version__} (CUDA {torch.version.cuda})",
         f"- normkit commit: {git_commit(args.commit)}",
         f"- {args.steps} AdamW steps (lr 1e-4) on random token ids, same seed and data for both runs; dropout 0; "
-        f"TF32 off; steps/s over steps {args.warmup + 1}-{args.steps}",
+        f"TF32 off; steps/s over steps {args.warmup + 1}-{args.steps}; {args.repeats} runs of each side from the same "
+        f"initial weights, alternating (torch first, then normkit first, ...): median steps/s (range)",
         "- tolerance on the loss curves: max over steps of |loss_normkit - loss_torch| / |loss_torch| <= "
         + ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items()),
         "",
-        "| model | precision | batch x seq | norms swapped | torch steps/s | normkit steps/s | speedup "
+        "| model | precision | batch x seq | norms swapped | torch steps/s (range) | normkit steps/s (range) | speedup "
         "| loss step 1 | loss step N (torch / normkit) | max rel loss diff | curves agree |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for label, precision, shape, count, tsps, nsps, tl, nl, diff, ok in rows:
+    for label, precision, shape, count, tsps, nsps, tl, nl, diff, ok, spread in rows:
         lines.append(f"| {label} | {precision}{' autocast' if precision == 'bf16' else ''} | {shape} | {count} "
-                     f"| {tsps:.2f} | {nsps:.2f} | {nsps / tsps:.3f}x | {tl[0]:.4f} | {tl[-1]:.4f} / {nl[-1]:.4f} "
+                     f"| {tsps:.2f} ({spread['torch'][0]:.2f}-{spread['torch'][1]:.2f}) "
+                     f"| {nsps:.2f} ({spread['normkit'][0]:.2f}-{spread['normkit'][1]:.2f}) | {nsps / tsps:.3f}x | {tl[0]:.4f} | {tl[-1]:.4f} / {nl[-1]:.4f} "
                      f"| {diff:.2e} | {'yes' if ok else 'NO'} |")
     lines += ["", "## Loss curves", "", "| step | " + " | ".join(
         f"{n} {p} torch | {n} {p} normkit" for n, p, _, _ in curves) + " |",
