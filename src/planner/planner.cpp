@@ -150,7 +150,9 @@ bool forward_block_rows(RowShape& s, const Problem& p, const DeviceFacts& device
   out.block_rows_packed = block_rows_packed_instance(is_rms(p.op), int(dtype_size(p.dtype)),
                                                      int(dtype_size(p.weight_dtype)), threads, int(items)) &&
                           p.rows > std::int64_t(device.sm_count) * t.forward_block_rows_packed_min_rows_per_sm &&
-                          (!mixed || bytes >= t.forward_block_rows_packed_mixed_min_bytes);
+                          (!mixed || bytes >= (threads == kBlockRowMaxThreads
+                                                   ? t.forward_block_rows_packed_mixed_widest_min_bytes
+                                                   : t.forward_block_rows_packed_mixed_min_bytes));
   s = out;
   return true;
 }
@@ -911,6 +913,7 @@ const TableKey kTableKeys[] = {
     key<&Table::ln_forward_block_rows_four_items_min_bytes>("ln_forward_block_rows_four_items_min_bytes"),
     key<&Table::forward_block_rows_packed_min_rows_per_sm>("forward_block_rows_packed_min_rows_per_sm"),
     key<&Table::forward_block_rows_packed_mixed_min_bytes>("forward_block_rows_packed_mixed_min_bytes"),
+    key<&Table::forward_block_rows_packed_mixed_widest_min_bytes>("forward_block_rows_packed_mixed_widest_min_bytes"),
     key_items<&Table::forward_packed_items_target, kMaxRowItems>("forward_packed_items_target"),
     key<&Table::forward_packed_block_threads>("forward_packed_block_threads", [](long long v) {
       return block_threads_check(v).empty() && v > kPackedRowMaxThreads

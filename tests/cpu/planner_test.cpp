@@ -1273,10 +1273,12 @@ TEST(Planner, ForwardRowsOfABlockTakeTheBlockRowWalk) {
                       bytes == 2 && (weight_bytes == 4 || (!rms && items == 4 && threads >= 256)))
                 << rms << " " << threads << " " << items << " " << bytes << " " << weight_bytes;
   // 16-bit rows with fp32 weights (autocast's mixed precision): every block of them, LayerNorm and
-  // RMSNorm, for more rows than SMs and from forward_block_rows_packed_mixed_min_bytes of x
+  // RMSNorm, for more rows than SMs and from forward_block_rows_packed_mixed_min_bytes of x (the
+  // widest blocks from forward_block_rows_packed_mixed_widest_min_bytes)
   const std::int64_t mixed_from = defaults.forward_block_rows_packed_mixed_min_bytes;
   PlannerTable mixed_any_size;
   mixed_any_size.forward_block_rows_packed_mixed_min_bytes = 0;
+  mixed_any_size.forward_block_rows_packed_mixed_widest_min_bytes = 0;
   for (bool rms : {false, true}) {
     for (std::int64_t n : {768, 4096, 8192}) {
       const std::int64_t rows_from = std::max(packed_above + 1, mixed_from / (2 * n) + 1);
@@ -1285,8 +1287,11 @@ TEST(Planner, ForwardRowsOfABlockTakeTheBlockRowWalk) {
       mixed.weight_dtype = DType::F32;
       const Plan mixed_plan = normkit::plan(mixed, h200, Strategy::Auto);
       EXPECT_TRUE(mixed_plan.row.block_rows && mixed_plan.row.block_rows_packed) << mixed_plan.describe();
-      mixed.rows = mixed_from / (2 * n) - 1;  // below the bytes
-      EXPECT_FALSE(normkit::plan(mixed, h200, Strategy::Auto).row.block_rows_packed) << n;
+      mixed.rows = mixed_from / (2 * n) - 1;  // below the bytes: only the widest blocks (their own key, below)
+      const Plan just_below = normkit::plan(mixed, h200, Strategy::Auto);
+      EXPECT_EQ(just_below.row.block_rows_packed,
+                just_below.row.block_rows && just_below.row.threads_per_row == kBlockRowMaxThreads)
+          << just_below.describe();
       const Plan below = normkit::plan(mixed, h200, Strategy::Auto, mixed_any_size);
       EXPECT_EQ(below.row.block_rows_packed, below.row.block_rows) << below.describe();  // (8192 LN: staged)
       mixed.rows = packed_above;  // a block an SM or fewer: never
@@ -1297,6 +1302,27 @@ TEST(Planner, ForwardRowsOfABlockTakeTheBlockRowWalk) {
       EXPECT_EQ(normkit::plan(mixed, h200, Strategy::Auto).row.block_rows_packed, !rms && n == 8192) << n;
     }
   }
+  // The widest blocks (kBlockRowMaxThreads threads: RMSNorm rows of 8192 bf16, 2 vectors a thread)
+  // from forward_block_rows_packed_mixed_widest_min_bytes, below the other blocks' bytes
+  const std::int64_t widest_from = defaults.forward_block_rows_packed_mixed_widest_min_bytes;
+  ASSERT_LT(widest_from, mixed_from);
+  Problem widest = backward(widest_from / (2 * 8192), 8192, DType::BF16);
+  widest.op = Op::RmsNormForward;
+  widest.weight_dtype = DType::F32;
+  const Plan widest_plan = normkit::plan(widest, h200, Strategy::Auto);
+  EXPECT_TRUE(widest_plan.row.block_rows && widest_plan.row.threads_per_row == kBlockRowMaxThreads &&
+              widest_plan.row.block_rows_packed)
+      << widest_plan.describe();
+  widest.rows -= 1;  // one row below the bytes
+  EXPECT_FALSE(normkit::plan(widest, h200, Strategy::Auto).row.block_rows_packed);
+  // blocks of fewer threads at the same bytes stay unpacked (4096 columns: 256 threads)
+  Problem narrower = backward(widest_from / (2 * 4096), 4096, DType::BF16);
+  narrower.op = Op::RmsNormForward;
+  narrower.weight_dtype = DType::F32;
+  const Plan narrower_plan = normkit::plan(narrower, h200, Strategy::Auto);
+  EXPECT_TRUE(narrower_plan.row.block_rows && narrower_plan.row.threads_per_row < kBlockRowMaxThreads &&
+              !narrower_plan.row.block_rows_packed)
+      << narrower_plan.describe();
   PlannerTable never_packed;
   never_packed.forward_block_rows_packed_min_rows_per_sm = std::int64_t(1) << 40;
   EXPECT_FALSE(forward_plan(16384, 8192, DType::BF16, false, never_packed).row.block_rows_packed);

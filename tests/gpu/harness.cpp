@@ -878,6 +878,7 @@ const PlannerTable& forward_packed_block_rows_table(bool packed) {
                                            PlannerTable t = forward_block_rows_table(true);
                                            t.forward_block_rows_packed_min_rows_per_sm = 0;
                                            t.forward_block_rows_packed_mixed_min_bytes = 0;
+                                           t.forward_block_rows_packed_mixed_widest_min_bytes = 0;
                                            return t;
                                          }()};
   return tables[packed ? 1 : 0];
