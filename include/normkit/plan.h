@@ -500,9 +500,9 @@ struct PlannerTable {
   /// 64 MiB (8192 x 4096) LayerNorm 0.77, RMSNorm 1.00; 32 MiB was not measured packed.
   std::int64_t forward_block_rows_packed_mixed_min_bytes = std::int64_t(64) << 20;
   /// ... and from this many for the widest blocks (kBlockRowMaxThreads threads). Why (bf16 rows, fp32
-  /// weights, against the unpacked instances, aba88a1; docs/NOTES.md entry 63): RMSNorm 2048 x 8192
-  /// (32 MiB) 22.0 -> 19.5 us, 3072 x 8192 (48 MiB) 31.6 -> 27.2, where the blocks of 128 and 256
-  /// threads at 16-48 MiB were 0.98-1.07x (LayerNorm 4096 x 2048 1.06, RMSNorm 8192 x 2048 1.04).
+  /// weights, against the unpacked instances, aba88a1's kernels; docs/NOTES.md entry 64): RMSNorm
+  /// 2048 x 8192 (32 MiB) 22.0 -> 19.5 us, 3072 x 8192 (48 MiB) 31.6 -> 27.2, where the blocks of
+  /// 64-256 threads at 16-48 MiB were 0.98-1.07x (LayerNorm 4096 x 2048 1.06, RMSNorm 8192 x 2048 1.04).
   std::int64_t forward_block_rows_packed_mixed_widest_min_bytes = std::int64_t(32) << 20;
   int forward_packed_items_target = 2;
   int forward_packed_block_threads = 256;
