@@ -9,6 +9,8 @@
 //   * the backward op gets output_mask from needs_input_grad (x, weight, bias);
 //   * the gamma/beta strategy is the one forced on the thread running the backward, else the one
 //     forced when the forward ran (autograd runs CUDA backwards on its own device thread);
+//   * a forward with nothing to record (grad mode off, or no input requiring grad) calls the op below
+//     autograd directly, without a Function context;
 //   * double backward raises: with create_graph the backward op is called through the dispatcher,
 //     whose autograd (python/normkit/_ops.py) raises a clear error when differentiated; without it
 //     the backward op runs below autograd (no graph to build, no extra dispatch).

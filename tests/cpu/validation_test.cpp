@@ -54,12 +54,13 @@ void expect_all_rejected(const Args& valid, const std::vector<BadCase<Args>>& ca
 }
 
 constexpr std::int64_t kM = 3, kN = 1024;
+constexpr std::int64_t kHuge = std::int64_t(1) << 40;  // kHuge * kHuge overflows int64
+/// The PyTorch binding's setting: no pointer queries (ExecConfig::caller_checked_pointers).
 const ExecConfig kCpuCallerChecked = [] {
   ExecConfig c{Device::Cpu};
   c.caller_checked_pointers = true;
   return c;
 }();
-constexpr std::int64_t kHuge = std::int64_t(1) << 40;  // kHuge * kHuge overflows int64
 
 // ---------------------------------------------------------------------------------------------
 
