@@ -12,9 +12,12 @@ same computation.
 
     python bench/e2e.py [--out bench/results/h200-e2e.md] [--steps 20] [--models bart,llama] [--repeats 3]
     python bench/e2e.py --profile [--models bart --precisions bf16]   # where the time goes
+    python bench/e2e.py --shape 1x64 --out /tmp/host.md              # host time alone (tiny steps)
 
---profile skips the timed comparison: it runs a few steps of both models under torch.profiler and
-prints, per run, the wall time per step, the GPU kernel time per step and the kernels taking most of it.
+--profile skips the timed comparison: it runs a few steps of both models under torch.profiler (torch,
+normkit, normkit, torch) and prints, per run, the wall time per step, the GPU kernel time per step and the kernels taking most of it,
+then the host ops (ATen ops and CUDA runtime calls) whose calls or self CPU time per step differ most
+between the torch and the normkit run.
 
 Exit status 1 when any loss curve disagrees beyond its tolerance.
 """
@@ -98,7 +101,10 @@ def profile(model, batches, precision, label, top=12):
         start = time.perf_counter()
         train(model, steps, precision, 0)
         wall = (time.perf_counter() - start) / len(steps)
-    kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    # GPU work only: the optimizer's and the profiler's own annotations also appear as CUDA ranges,
+    # and their length follows the host
+    kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA
+               and not getattr(e, "is_user_annotation", False) and not e.key.startswith(("Optimizer.", "ProfilerStep"))]
     total = sum(e.self_device_time_total for e in kernels) / len(steps)
     print(f"## {label}: wall {wall * 1e3:.2f} ms/step (profiled), GPU kernels {total / 1e3:.2f} ms/step", flush=True)
     for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[:top]:
@@ -114,6 +120,23 @@ def profile(model, batches, precision, label, top=12):
     norm = [e for e in kernels if any(k in e.key.lower() for k in ("norm", "layer_norm", "gamma", "reduce_partials"))]
     print(f"  norm-like kernels: {sum(e.self_device_time_total for e in norm) / len(steps) / 1e3:.3f} ms/step, "
           f"{sum(e.count for e in norm) // len(steps)} launches/step", flush=True)
+    # per host op (ATen ops and CUDA runtime calls alike): calls and self CPU us per step, for host_diff
+    return {e.key: (e.count / len(steps), e.self_cpu_time_total / len(steps)) for e in ops}
+
+
+def host_diff(base, other, label, top=25):
+    """The host ops whose self CPU time per step differs most between two profiled runs: where one
+    side's extra host time goes (ops it calls that the other does not, or calls more often)."""
+    keys = set(base) | set(other)
+    rows = sorted(keys, key=lambda k: -abs(other.get(k, (0, 0))[1] - base.get(k, (0, 0))[1]))
+    total_base = sum(v[1] for v in base.values())
+    total_other = sum(v[1] for v in other.values())
+    print(f"## {label}: host self CPU per step {total_base / 1e3:.2f} -> {total_other / 1e3:.2f} ms; "
+          f"the {top} ops that moved most (calls/step, us/step, torch -> normkit):")
+    for k in rows[:top]:
+        (nb, tb), (no, to) = base.get(k, (0, 0)), other.get(k, (0, 0))
+        print(f"  {to - tb:+9.1f} us  {nb:7.1f} -> {no:7.1f} calls  {tb:9.1f} -> {to:9.1f} us  {k[:90]}")
+    print(flush=True)
 
 
 def git_commit(given=None):
@@ -141,6 +164,9 @@ def main():
     parser.add_argument("--warmup", type=int, default=5, help="steps excluded from steps/s (still in the curves)")
     parser.add_argument("--models", default="bart,llama")
     parser.add_argument("--precisions", default="fp32,bf16")
+    parser.add_argument("--shape", default=None, metavar="BxS",
+                        help="batch x sequence length for every model instead of its own (e.g. 1x64: a step "
+                             "with almost no GPU work, so steps/s compares host time alone)")
     parser.add_argument("--profile", action="store_true", help="profile a few steps of each run instead of timing")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed runs of each side, alternating torch / normkit (order swapped every repeat); "
@@ -158,6 +184,8 @@ def main():
     rows, curves, failures = [], [], []
     for name in args.models.split(","):
         build, label, batch, seq = MODELS[name]
+        if args.shape:
+            batch, seq = (int(v) for v in args.shape.lower().split("x"))
         for precision in args.precisions.split(","):
             torch.manual_seed(0)
             base, mapping = build()
@@ -168,8 +196,17 @@ def main():
                 sys.exit(f"{name}: swap_norms replaced no module")
             batches = make_batches(base.config.vocab_size, args.steps, batch, seq, "cuda")
             if args.profile:
-                profile(base, batches, precision, f"{name} {precision} torch")
-                profile(swapped, batches, precision, f"{name} {precision} normkit")
+                # torch, normkit, normkit, torch: a drift of the host over the process shows as the two
+                # runs of one side disagreeing, and cancels in the diff of their sums
+                runs = {"torch": [], "normkit": []}
+                for side in ("torch", "normkit", "normkit", "torch"):
+                    model = copy.deepcopy(base if side == "torch" else swapped)
+                    runs[side].append(profile(model, batches, precision, f"{name} {precision} {side}"))
+                    del model
+                    torch.cuda.empty_cache()
+                both = {side: {k: tuple(sum(r.get(k, (0, 0))[i] for r in rs) / len(rs) for i in (0, 1))
+                               for k in set().union(*rs)} for side, rs in runs.items()}
+                host_diff(both["torch"], both["normkit"], f"{name} {precision} host ops (mean of two runs each)")
                 del base, swapped
                 torch.cuda.empty_cache()
                 continue
