@@ -221,10 +221,18 @@ struct PlannerTable {
   /// 12.45 vs 12.00); below 1.5 MiB it lost (1024 x 256 fp32 1.23x, 2048 x 128 16-bit 1.2-1.5x), and
   /// at M = 512 whatever the bytes (LayerNorm 512 x 4096 1.33x). Before (second launch, 0b45745 ..
   /// d8c31aa): 16 MiB and rows of 4096 bytes (entries 19, 27). Rows the dX kernel would stream
-  /// (longer than its split covers) are fused at any size (entry 27).
+  /// (longer than its split covers) are fused at any size (entry 27). 16-bit rows of 256-511 bytes
+  /// since entry 66 (512 before; bf16, graph, N = 128 / 192 / 248, M = 3072..8191): auto within 3 % of
+  /// the best forced plan on 26 of 36 cells (12 before), geometric mean auto / best 1.086 -> 1.034;
+  /// RMSNorm 6144 x 128 7.54 -> 6.10 us, LayerNorm 8191 x 248 11.71 -> 10.35; the new losses where
+  /// fused turns into its persistent staged walk (LayerNorm 4608 / 5000 x 192, 1.13 / 1.09). fp32 rows keep
+  /// their own key, fp32_fused_min_row_bytes.
   std::int64_t fused_min_bytes = 3 << 19;
   std::int64_t fused_bytes_min_rows = 1024;
-  std::int64_t fused_min_row_bytes = 512;
+  std::int64_t fused_min_row_bytes = 256;
+  /// ... for fp32 rows: 512 bytes (128 columns). Entry 66's probe at 256 (N = 64 and 96, M = 3072..8191)
+  /// was a wash: 14 of 24 cells within 3 % either way, LayerNorm 4096..5000 x 96 1.05-1.17x slower.
+  std::int64_t fp32_fused_min_row_bytes = 512;
   /// ... and rows split over a cluster of 2-item blocks (with dX; not the wide layout of
   /// kFusedWideItems) from this many bytes of x at any M. H200, graph,
   /// every strategy forced at 64..768 rows (docs/NOTES.md entry 50), fused / tiled (+ the split dX):

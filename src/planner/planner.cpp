@@ -537,7 +537,7 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
        : !vectorised           ? p.rows >= t.fused_unaligned_min_rows
        : p.mask.dx ? (p.rows >= t.fused_min_rows ||
                       (p.rows >= t.fused_bytes_min_rows && x_bytes >= t.fused_min_bytes &&
-                       row_bytes >= t.fused_min_row_bytes) ||
+                       row_bytes >= (dtype_size(p.dtype) == 4 ? t.fp32_fused_min_row_bytes : t.fused_min_row_bytes)) ||
                       split_rows_by_bytes || wide_rows_by_bytes)
                    : p.rows >= t.fused_gb_min_rows && row_vectors(p) >= t.fused_gb_min_vectors);
   const bool fused_layout = vectorised || p.cols <= t.fused_unaligned_max_cols;
@@ -851,6 +851,7 @@ const TableKey kTableKeys[] = {
     key<&Table::fused_min_bytes>("fused_min_bytes"),
     key<&Table::fused_bytes_min_rows>("fused_bytes_min_rows"),
     key<&Table::fused_min_row_bytes>("fused_min_row_bytes"),
+    key<&Table::fp32_fused_min_row_bytes>("fp32_fused_min_row_bytes"),
     key<&Table::fused_split_min_bytes>("fused_split_min_bytes"),
     key<&Table::fp32_fused_split_min_bytes>("fp32_fused_split_min_bytes"),
     key<&Table::fused_wide_min_bytes>("fused_wide_min_bytes"),

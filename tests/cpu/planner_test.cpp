@@ -109,8 +109,9 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
     const Problem p = backward(c.m, c.n, c.dtype, {true, true, !c.rms}, c.rms);
     const Plan plan = normkit::plan(p, DeviceFacts::h200());
     const std::int64_t row_bytes = c.n * std::int64_t(dtype_size(c.dtype));
+    const std::int64_t min_row_bytes = dtype_size(c.dtype) == 4 ? t.fp32_fused_min_row_bytes : t.fused_min_row_bytes;
     if (c.m >= t.fused_min_rows ||
-        (c.m >= t.fused_bytes_min_rows && c.m * row_bytes >= t.fused_min_bytes && row_bytes >= t.fused_min_row_bytes) ||
+        (c.m >= t.fused_bytes_min_rows && c.m * row_bytes >= t.fused_min_bytes && row_bytes >= min_row_bytes) ||
         (c.m * c.n <= t.fused_cluster_max_elements && c.n <= t.fused_cluster_max_cols)) {
       EXPECT_EQ(plan.strategy, Strategy::Fused) << c.name;
       EXPECT_GE(plan.row.blocks, 1) << c.name;
@@ -353,8 +354,24 @@ TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
   EXPECT_NE(gb_only(ln_cut / 64, 64), Strategy::Fused);  // not without dX
   EXPECT_EQ(strategy(t.fused_unaligned_min_rows, 1), Strategy::Fused);    // N = 1: scalar, fits one thread
   EXPECT_NE(strategy(t.fused_unaligned_min_rows - 1, 1), Strategy::Fused);
-  EXPECT_EQ(strategy(t.fused_min_rows, 128), Strategy::Fused);            // the rest: fused_min_rows
-  EXPECT_NE(strategy(t.fused_min_rows - 1, 128), Strategy::Fused);        // (256-byte rows)
+  // the rest: rows shorter than fused_min_row_bytes (bf16 N = 120, 240 bytes) from fused_min_rows ...
+  const std::int64_t below_row_bytes = t.fused_min_row_bytes / 2 - 8;
+  ASSERT_GT(below_row_bytes, 8 * t.short_row_max_vectors);  // not a short-row rule's
+  EXPECT_EQ(strategy(t.fused_min_rows, below_row_bytes), Strategy::Fused);
+  EXPECT_NE(strategy(t.fused_min_rows - 1, below_row_bytes), Strategy::Fused);
+  // ... and rows of fused_min_row_bytes (bf16 N = 128, NOTES entry 66) from fused_min_bytes of x
+  const std::int64_t at_row_bytes = t.fused_min_row_bytes / 2, bytes_rows = t.fused_min_bytes / t.fused_min_row_bytes;
+  ASSERT_LT(bytes_rows, t.fused_min_rows);
+  EXPECT_EQ(strategy(bytes_rows, at_row_bytes), Strategy::Fused);  // 6144 x 128
+  EXPECT_NE(strategy(bytes_rows - 1, at_row_bytes), Strategy::Fused);
+  EXPECT_EQ(rms_full(bytes_rows, at_row_bytes), Strategy::Fused);
+  EXPECT_NE(rms_full(bytes_rows - 1, at_row_bytes), Strategy::Fused);
+  // fp32 rows by their own key: 256-byte rows (N = 64) not from their bytes, 512-byte rows (N = 128) are
+  ASSERT_GT(t.fp32_fused_min_row_bytes, t.fused_min_row_bytes);
+  const std::int64_t fp32_cols = t.fp32_fused_min_row_bytes / 4, fp32_rows = t.fused_min_bytes / t.fp32_fused_min_row_bytes;
+  EXPECT_EQ(strategy(std::max(fp32_rows, t.fused_bytes_min_rows), fp32_cols, DType::F32), Strategy::Fused);
+  EXPECT_NE(strategy(fp32_rows - 1, fp32_cols, DType::F32), Strategy::Fused);
+  EXPECT_NE(strategy(bytes_rows, at_row_bytes / 2, DType::F32), Strategy::Fused);  // 6144 x 64 fp32: 256-byte rows
   EXPECT_EQ(strategy(t.fused_bytes_min_rows, 768), Strategy::Fused);      // or enough bytes from fewer
   EXPECT_NE(strategy(t.fused_bytes_min_rows - 1, 768), Strategy::Fused);
   // N = 1 rows are not 16-byte vectorised but fit one thread: fused; N = 255 (scalar, wide group): not
@@ -2043,6 +2060,7 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.fused_split_min_rows_per_cluster = 5;
   t.fused_single_launch_min_grid_percent = 42;
   t.fused_min_row_bytes = 2222;
+  t.fp32_fused_min_row_bytes = 3333;
   t.two_pass_min_rows = 99;
   t.two_pass_min_rows_per_strip = 7;
   t.two_pass_min_rows_per_strip_with_dx = 11;
