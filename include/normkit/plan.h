@@ -233,14 +233,6 @@ struct PlannerTable {
   /// ... for fp32 rows: 512 bytes (128 columns). Entry 66's probe at 256 (N = 64 and 96, M = 3072..8191)
   /// was a wash: 14 of 24 cells within 3 % either way, LayerNorm 4096..5000 x 96 1.05-1.17x slower.
   std::int64_t fp32_fused_min_row_bytes = 512;
-  /// ... and 16-bit rows of at least fused_min_row_bytes, from fused_bytes_min_rows rows, also below
-  /// fused_min_bytes once the dX kernel that two-pass runs beside its partials would have more
-  /// blocks than this percent of the SMs (0 = no such rule). H200, bf16, graph (docs/NOTES.md entry
-  /// 67): two-pass with dX steps up as that grid passes half the SMs (66 of 132: one block a TPC),
-  /// RMSNorm 4224 -> 4225 x 128 5.57 -> 6.22 us, 2048 -> 2560 x 192 4.86 -> 6.66 (64 -> 80 dX blocks),
-  /// where fused grows smoothly (5.72 -> 5.79, 5.16 -> 5.47); LayerNorm 2560 / 3072 x 192 / 248
-  /// fused 0.91-0.95x two-pass, 4288..5000 x 128 0.95-0.98x.
-  int two_pass_dx_max_grid_percent = 50;
   /// ... and rows split over a cluster of 2-item blocks (with dX; not the wide layout of
   /// kFusedWideItems) from this many bytes of x at any M. H200, graph,
   /// every strategy forced at 64..768 rows (docs/NOTES.md entry 50), fused / tiled (+ the split dX):

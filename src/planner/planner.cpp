@@ -531,16 +531,8 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const bool wide_rows_by_bytes =
       split >= 2 && fused_layout_split.items == kFusedWideItems && dtype_size(p.dtype) == 2 &&
       x_bytes >= (is_rms(p.op) ? t.rms_fused_wide_min_bytes : t.fused_wide_min_bytes);
-  // 16-bit rows of fused_min_row_bytes and more are fused with dX below fused_min_bytes too once the
-  // dX kernel beside two-pass would run more blocks than PlannerTable::two_pass_dx_max_grid_percent
-  // of the SMs: two-pass steps up there (RMSNorm 4224 -> 4225 x 128 bf16, 66 -> 67 dX blocks on 132
-  // SMs: 5.57 -> 6.22 us; docs/NOTES.md entry 67).
-  const bool dx_grid_past_two_pass =
-      t.two_pass_dx_max_grid_percent > 0 && p.mask.dx && vectorised && !short_vector_rows(p, t) && dtype_size(p.dtype) == 2 &&
-      row_bytes >= t.fused_min_row_bytes && p.rows >= t.fused_bytes_min_rows &&
-      row_kernel_shape(p, device, t).blocks * 100 > std::int64_t(device.sm_count) * t.two_pass_dx_max_grid_percent;
   const bool fused_size =
-      small || dx_grid_past_two_pass ||
+      small ||
       (short_vector_rows(p, t) ? p.rows >= t.fused_short_row_min_rows || (p.mask.dx && x_bytes >= short_row_dx_min_bytes)
        : !vectorised           ? p.rows >= t.fused_unaligned_min_rows
        : p.mask.dx ? (p.rows >= t.fused_min_rows ||
@@ -860,7 +852,6 @@ const TableKey kTableKeys[] = {
     key<&Table::fused_bytes_min_rows>("fused_bytes_min_rows"),
     key<&Table::fused_min_row_bytes>("fused_min_row_bytes"),
     key<&Table::fp32_fused_min_row_bytes>("fp32_fused_min_row_bytes"),
-    key<&Table::two_pass_dx_max_grid_percent>("two_pass_dx_max_grid_percent"),
     key<&Table::fused_split_min_bytes>("fused_split_min_bytes"),
     key<&Table::fp32_fused_split_min_bytes>("fp32_fused_split_min_bytes"),
     key<&Table::fused_wide_min_bytes>("fused_wide_min_bytes"),

@@ -125,11 +125,8 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
   ASSERT_LT(m, t.fused_min_rows);
   ASSERT_EQ(n % 8, 0);
   ASSERT_GE(2 * n, t.fused_min_row_bytes);
-  // (the byte rules alone: without the rule on two-pass's dX grid, tested on its own below)
-  PlannerTable bytes_only = t;
-  bytes_only.two_pass_dx_max_grid_percent = 0;
-  auto full = [&](std::int64_t rows, std::int64_t cols, DType dt) {
-    return normkit::plan(backward(rows, cols, dt, {true, true, true}), DeviceFacts::h200(), Strategy::Auto, bytes_only).strategy;
+  auto full = [](std::int64_t rows, std::int64_t cols, DType dt) {
+    return normkit::plan(backward(rows, cols, dt, {true, true, true}), DeviceFacts::h200()).strategy;
   };
   EXPECT_EQ(full(m, n, DType::F16), Strategy::Fused);
   EXPECT_NE(full(m, n - 8, DType::F16), Strategy::Fused);      // a vector too few bytes
@@ -282,39 +279,6 @@ TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
 
 // The sweep-measured rules (docs/NOTES.md, entry 9): very wide scalar rows take simple, narrow rows with
 // huge M take fused, unaligned rows take fused only when tiny.
-// NOTES entry 67: 16-bit rows of fused_min_row_bytes and more leave two-pass with dX for fused once
-// two-pass's dX grid passes two_pass_dx_max_grid_percent of the SMs, below fused_min_bytes too.
-TEST(Planner, SixteenBitRowsFusedOnceTwoPassDxGridPassesItsShareOfTheSms) {
-  const PlannerTable& t = default_planner_table();
-  const DeviceFacts h200 = DeviceFacts::h200();
-  ASSERT_EQ(t.two_pass_dx_max_grid_percent, 50);
-  auto plan_of = [&](std::int64_t m, std::int64_t n, bool rms, DType dt, Strategy s, const PlannerTable& table) {
-    return normkit::plan(backward(m, n, dt, {true, true, !rms}, rms), h200, s, table);
-  };
-  PlannerTable off = t;
-  off.two_pass_dx_max_grid_percent = 0;
-  for (const bool rms : {false, true}) {
-    for (const DType dt : {DType::BF16, DType::F16}) {
-      // N = 128 (256-byte rows): 64 rows a dX block, so 4224 rows are 66 blocks (half of 132), 4225 are 67
-      EXPECT_EQ(plan_of(4224, 128, rms, dt, Strategy::TwoPass, t).row.blocks, 66);
-      EXPECT_EQ(plan_of(4225, 128, rms, dt, Strategy::TwoPass, t).row.blocks, 67);
-      EXPECT_EQ(plan_of(4224, 128, rms, dt, Strategy::Auto, t).strategy, Strategy::TwoPass);
-      EXPECT_EQ(plan_of(4225, 128, rms, dt, Strategy::Auto, t).strategy, Strategy::Fused);
-      EXPECT_EQ(plan_of(4225, 128, rms, dt, Strategy::Auto, off).strategy, Strategy::TwoPass);  // the rule off
-      // N = 192: 32 rows a dX block
-      EXPECT_EQ(plan_of(2112, 192, rms, dt, Strategy::Auto, t).strategy, Strategy::TwoPass);
-      EXPECT_EQ(plan_of(2113, 192, rms, dt, Strategy::Auto, t).strategy, Strategy::Fused);
-    }
-    // not below fused_bytes_min_rows rows, not for rows shorter than fused_min_row_bytes, not fp32
-    EXPECT_NE(plan_of(t.fused_bytes_min_rows - 1, 640, rms, DType::BF16, Strategy::Auto, t).strategy, Strategy::Fused);
-    EXPECT_GT(plan_of(t.fused_bytes_min_rows - 1, 640, rms, DType::BF16, Strategy::TwoPass, t).row.blocks * 100,
-              h200.sm_count * t.two_pass_dx_max_grid_percent);
-    EXPECT_NE(plan_of(6000, t.fused_min_row_bytes / 2 - 8, rms, DType::BF16, Strategy::Auto, t).strategy, Strategy::Fused);
-    EXPECT_NE(plan_of(4225, 64, rms, DType::F32, Strategy::Auto, t).strategy, Strategy::Fused);
-    EXPECT_GT(plan_of(4225, 64, rms, DType::F32, Strategy::TwoPass, t).row.blocks, 66);
-  }
-}
-
 TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
   PlannerTable t;
   t.fused_cluster_max_elements = 0;  // the rules for problems too large for one cluster launch
@@ -396,20 +360,12 @@ TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
   EXPECT_EQ(strategy(t.fused_min_rows, below_row_bytes), Strategy::Fused);
   EXPECT_NE(strategy(t.fused_min_rows - 1, below_row_bytes), Strategy::Fused);
   // ... and rows of fused_min_row_bytes (bf16 N = 128, NOTES entry 66) from fused_min_bytes of x
-  // (6143 rows there are fused by the rule on two-pass's dX grid, entry 67: checked without it)
   const std::int64_t at_row_bytes = t.fused_min_row_bytes / 2, bytes_rows = t.fused_min_bytes / t.fused_min_row_bytes;
   ASSERT_LT(bytes_rows, t.fused_min_rows);
-  PlannerTable bytes_only = t;
-  bytes_only.two_pass_dx_max_grid_percent = 0;
-  auto bytes_rule = [&](std::int64_t m, std::int64_t n, bool rms) {
-    return normkit::plan(backward(m, n, DType::BF16, {true, true, !rms}, rms), h200, Strategy::Auto, bytes_only).strategy;
-  };
-  for (const bool rms : {false, true}) {
-    EXPECT_EQ(bytes_rule(bytes_rows, at_row_bytes, rms), Strategy::Fused);  // 6144 x 128
-    EXPECT_NE(bytes_rule(bytes_rows - 1, at_row_bytes, rms), Strategy::Fused);
-  }
-  EXPECT_EQ(strategy(bytes_rows, at_row_bytes), Strategy::Fused);
+  EXPECT_EQ(strategy(bytes_rows, at_row_bytes), Strategy::Fused);  // 6144 x 128
+  EXPECT_NE(strategy(bytes_rows - 1, at_row_bytes), Strategy::Fused);
   EXPECT_EQ(rms_full(bytes_rows, at_row_bytes), Strategy::Fused);
+  EXPECT_NE(rms_full(bytes_rows - 1, at_row_bytes), Strategy::Fused);
   // fp32 rows by their own key: 256-byte rows (N = 64) not from their bytes, 512-byte rows (N = 128) are
   ASSERT_GT(t.fp32_fused_min_row_bytes, t.fused_min_row_bytes);
   const std::int64_t fp32_cols = t.fp32_fused_min_row_bytes / 4, fp32_rows = t.fused_min_bytes / t.fp32_fused_min_row_bytes;
@@ -2105,7 +2061,6 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.fused_single_launch_min_grid_percent = 42;
   t.fused_min_row_bytes = 2222;
   t.fp32_fused_min_row_bytes = 3333;
-  t.two_pass_dx_max_grid_percent = 77;
   t.two_pass_min_rows = 99;
   t.two_pass_min_rows_per_strip = 7;
   t.two_pass_min_rows_per_strip_with_dx = 11;
