@@ -233,6 +233,16 @@ struct PlannerTable {
   /// ... for fp32 rows: 512 bytes (128 columns). Entry 66's probe at 256 (N = 64 and 96, M = 3072..8191)
   /// was a wash: 14 of 24 cells within 3 % either way, LayerNorm 4096..5000 x 96 1.05-1.17x slower.
   std::int64_t fp32_fused_min_row_bytes = 512;
+  /// LayerNorm rows of ln_fused_mid_rows_min_row_bytes..ln_fused_mid_rows_max_row_bytes bytes (16-bit N =
+  /// 256..768, fp32 N = 128..384) take fused with dX by the byte rule only from ln_fused_mid_rows_min_bytes
+  /// of x, unless the fused grid is one full launch of a row group a block (the single launch's share of
+  /// the SMs, at most one group each). Fused there steps up as soon as its blocks walk a second group,
+  /// and catches two-pass again only from ~4 MiB. H200, graph (docs/NOTES.md entry 68; bf16 / fp16 /
+  /// fp32, M = 1536..5000): auto / best forced (two-pass, fused) 1.047 / 1.039 / 1.043 -> ~1.01 (table
+  /// with fused_min_bytes = 4 MiB), e.g. 1536 x 768 bf16 8.83 -> 7.70 us, 2560 x 512 9.13 -> 8.21.
+  std::int64_t ln_fused_mid_rows_min_row_bytes = 512;
+  std::int64_t ln_fused_mid_rows_max_row_bytes = 1536;
+  std::int64_t ln_fused_mid_rows_min_bytes = std::int64_t(4) << 20;
   /// ... and rows split over a cluster of 2-item blocks (with dX; not the wide layout of
   /// kFusedWideItems) from this many bytes of x at any M. H200, graph,
   /// every strategy forced at 64..768 rows (docs/NOTES.md entry 50), fused / tiled (+ the split dX):

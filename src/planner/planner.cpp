@@ -506,6 +506,17 @@ void one_launch_shape(Plan& out, const Problem& p, const DeviceFacts& device, co
   out.one_launch = true;
 }
 
+/// Whether the fused plan of `p` is one full cooperative launch in which every block walks at most one
+/// row group: rows not split, ceil(M / rows per block) at most the persistent grid and at least
+/// PlannerTable::fused_single_launch_min_grid_percent of it.
+bool fused_one_full_launch(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+  const RowShape rows = fused_row_shape(p, device, t);
+  if (!t.fused_single_launch || rows.split != 1 || rows.items == 0) return false;
+  const std::int64_t groups = ceil_div(p.rows, std::int64_t(rows.rows_per_block));
+  const std::int64_t grid = std::int64_t(device.sm_count) * kFusedBlocksPerSm;
+  return groups <= grid && groups * 100 >= grid * t.fused_single_launch_min_grid_percent;
+}
+
 Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   // With dX, fused saves the unfused second read of x and dy; without it, only launches. Small
   // problems with dX take it where it is one cluster launch (fused_cluster_max_elements / _cols); a
@@ -531,12 +542,17 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const bool wide_rows_by_bytes =
       split >= 2 && fused_layout_split.items == kFusedWideItems && dtype_size(p.dtype) == 2 &&
       x_bytes >= (is_rms(p.op) ? t.rms_fused_wide_min_bytes : t.fused_wide_min_bytes);
+  // LayerNorm mid-length rows: the byte rule from ln_fused_mid_rows_min_bytes, unless the fused grid is
+  // one full single launch of a row group a block (PlannerTable::ln_fused_mid_rows_min_bytes).
+  const bool ln_mid_rows = !is_rms(p.op) && row_bytes >= t.ln_fused_mid_rows_min_row_bytes &&
+                           row_bytes <= t.ln_fused_mid_rows_max_row_bytes && !fused_one_full_launch(p, device, t);
+  const std::int64_t fused_bytes = ln_mid_rows ? std::max(t.fused_min_bytes, t.ln_fused_mid_rows_min_bytes) : t.fused_min_bytes;
   const bool fused_size =
       small ||
       (short_vector_rows(p, t) ? p.rows >= t.fused_short_row_min_rows || (p.mask.dx && x_bytes >= short_row_dx_min_bytes)
        : !vectorised           ? p.rows >= t.fused_unaligned_min_rows
        : p.mask.dx ? (p.rows >= t.fused_min_rows ||
-                      (p.rows >= t.fused_bytes_min_rows && x_bytes >= t.fused_min_bytes &&
+                      (p.rows >= t.fused_bytes_min_rows && x_bytes >= fused_bytes &&
                        row_bytes >= (dtype_size(p.dtype) == 4 ? t.fp32_fused_min_row_bytes : t.fused_min_row_bytes)) ||
                       split_rows_by_bytes || wide_rows_by_bytes)
                    : p.rows >= t.fused_gb_min_rows && row_vectors(p) >= t.fused_gb_min_vectors);
@@ -852,6 +868,9 @@ const TableKey kTableKeys[] = {
     key<&Table::fused_bytes_min_rows>("fused_bytes_min_rows"),
     key<&Table::fused_min_row_bytes>("fused_min_row_bytes"),
     key<&Table::fp32_fused_min_row_bytes>("fp32_fused_min_row_bytes"),
+    key<&Table::ln_fused_mid_rows_min_row_bytes>("ln_fused_mid_rows_min_row_bytes"),
+    key<&Table::ln_fused_mid_rows_max_row_bytes>("ln_fused_mid_rows_max_row_bytes"),
+    key<&Table::ln_fused_mid_rows_min_bytes>("ln_fused_mid_rows_min_bytes"),
     key<&Table::fused_split_min_bytes>("fused_split_min_bytes"),
     key<&Table::fp32_fused_split_min_bytes>("fp32_fused_split_min_bytes"),
     key<&Table::fused_wide_min_bytes>("fused_wide_min_bytes"),

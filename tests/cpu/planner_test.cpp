@@ -279,6 +279,36 @@ TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
 
 // The sweep-measured rules (docs/NOTES.md, entry 9): very wide scalar rows take simple, narrow rows with
 // huge M take fused, unaligned rows take fused only when tiny.
+// NOTES entry 68: LayerNorm rows of 512-1536 bytes are fused with dX by the byte rule only from
+// ln_fused_mid_rows_min_bytes, unless the fused grid is one full launch of a row group a block.
+TEST(Planner, LayerNormMidRowsFusedFromTheirOwnBytesOrOneFullLaunch) {
+  const PlannerTable& t = default_planner_table();
+  const DeviceFacts h200 = DeviceFacts::h200();
+  ASSERT_EQ(t.ln_fused_mid_rows_min_row_bytes, 512);
+  ASSERT_EQ(t.ln_fused_mid_rows_max_row_bytes, 1536);
+  ASSERT_EQ(t.ln_fused_mid_rows_min_bytes, std::int64_t(4) << 20);
+  auto full = [&](std::int64_t m, std::int64_t n, DType dt, bool rms = false) {
+    return normkit::plan(backward(m, n, dt, {true, true, !rms}, rms), h200, Strategy::Auto, t).strategy;
+  };
+  for (const DType dt : {DType::BF16, DType::F16}) {
+    EXPECT_NE(full(2560, 512, dt), Strategy::Fused);   // 2.5 MiB: two blocks' worth of groups, two-pass
+    EXPECT_NE(full(4095, 512, dt), Strategy::Fused);   // just under 4 MiB
+    EXPECT_EQ(full(4096, 512, dt), Strategy::Fused);   // 4 MiB
+    EXPECT_EQ(full(2048, 512, dt), Strategy::Fused);   // one full launch: 128 groups of 16 rows
+    EXPECT_EQ(full(1024, 768, dt), Strategy::Fused);   // one full launch: 128 groups of 8 rows (bert)
+    EXPECT_NE(full(1536, 768, dt), Strategy::Fused);   // 192 groups: a second walk
+    EXPECT_EQ(full(2560, 512, dt, true), Strategy::Fused);  // RMSNorm keeps the byte rule
+    EXPECT_EQ(full(3172, 248, dt), Strategy::Fused);   // rows under 512 bytes keep it (entry 66)
+    EXPECT_EQ(full(1536, 776, dt), Strategy::Fused);   // and rows over 1536 bytes
+  }
+  EXPECT_NE(full(3072, 128, DType::F32), Strategy::Fused);  // fp32 512-byte rows: mid rows too
+  EXPECT_EQ(full(8192, 128, DType::F32), Strategy::Fused);  // fused_min_rows still takes them
+  PlannerTable old = t;  // the rule off (ln_fused_mid_rows_min_bytes under fused_min_bytes)
+  old.ln_fused_mid_rows_min_bytes = 0;
+  EXPECT_EQ(normkit::plan(backward(2560, 512, DType::BF16, {true, true, true}), h200, Strategy::Auto, old).strategy,
+            Strategy::Fused);
+}
+
 TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
   PlannerTable t;
   t.fused_cluster_max_elements = 0;  // the rules for problems too large for one cluster launch
@@ -369,9 +399,14 @@ TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
   // fp32 rows by their own key: 256-byte rows (N = 64) not from their bytes, 512-byte rows (N = 128) are
   ASSERT_GT(t.fp32_fused_min_row_bytes, t.fused_min_row_bytes);
   const std::int64_t fp32_cols = t.fp32_fused_min_row_bytes / 4, fp32_rows = t.fused_min_bytes / t.fp32_fused_min_row_bytes;
-  EXPECT_EQ(strategy(std::max(fp32_rows, t.fused_bytes_min_rows), fp32_cols, DType::F32), Strategy::Fused);
-  EXPECT_NE(strategy(fp32_rows - 1, fp32_cols, DType::F32), Strategy::Fused);
-  EXPECT_NE(strategy(bytes_rows, at_row_bytes / 2, DType::F32), Strategy::Fused);  // 6144 x 64 fp32: 256-byte rows
+  // (RMSNorm: LayerNorm's 512-byte rows have the mid-row rule of entry 68, tested below)
+  auto rms_f32 = [&](std::int64_t m, std::int64_t n) {
+    return normkit::plan(backward(m, n, DType::F32, {true, true, false}, true), h200, Strategy::Auto, t).strategy;
+  };
+  EXPECT_EQ(rms_f32(std::max(fp32_rows, t.fused_bytes_min_rows), fp32_cols), Strategy::Fused);
+  EXPECT_NE(rms_f32(fp32_rows - 1, fp32_cols), Strategy::Fused);
+  EXPECT_NE(rms_f32(bytes_rows, at_row_bytes / 2), Strategy::Fused);  // 6144 x 64 fp32: 256-byte rows
+  EXPECT_NE(strategy(bytes_rows, at_row_bytes / 2, DType::F32), Strategy::Fused);
   EXPECT_EQ(strategy(t.fused_bytes_min_rows, 768), Strategy::Fused);      // or enough bytes from fewer
   EXPECT_NE(strategy(t.fused_bytes_min_rows - 1, 768), Strategy::Fused);
   // N = 1 rows are not 16-byte vectorised but fit one thread: fused; N = 255 (scalar, wide group): not
@@ -2061,6 +2096,9 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   t.fused_single_launch_min_grid_percent = 42;
   t.fused_min_row_bytes = 2222;
   t.fp32_fused_min_row_bytes = 3333;
+  t.ln_fused_mid_rows_min_row_bytes = 444;
+  t.ln_fused_mid_rows_max_row_bytes = 4444;
+  t.ln_fused_mid_rows_min_bytes = 44444;
   t.two_pass_min_rows = 99;
   t.two_pass_min_rows_per_strip = 7;
   t.two_pass_min_rows_per_strip_with_dx = 11;
