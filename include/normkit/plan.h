@@ -238,8 +238,9 @@ struct PlannerTable {
   /// of x, unless the fused grid is one full launch of a row group a block (the single launch's share of
   /// the SMs, at most one group each). Fused there steps up as soon as its blocks walk a second group,
   /// and catches two-pass again only from ~4 MiB. H200, graph (docs/NOTES.md entry 68; bf16 / fp16 /
-  /// fp32, M = 1536..5000): auto / best forced (two-pass, fused) 1.047 / 1.039 / 1.043 -> ~1.01 (table
-  /// with fused_min_bytes = 4 MiB), e.g. 1536 x 768 bf16 8.83 -> 7.70 us, 2560 x 512 9.13 -> 8.21.
+  /// fp32, M = 1536..5000): auto within 3 % of the better of two-pass and fused on 45 / 45 / 27 of 49 /
+  /// 49 / 28 cells (21 / 27 / 15 before), e.g. 1536 x 768 bf16 8.83 -> 7.70 us; out of sample (other N,
+  /// M = 1800..6000) 25 / 25 / 17 of 28 / 28 / 21 (13 / 13 / 7 with the rule off).
   std::int64_t ln_fused_mid_rows_min_row_bytes = 512;
   std::int64_t ln_fused_mid_rows_max_row_bytes = 1536;
   std::int64_t ln_fused_mid_rows_min_bytes = std::int64_t(4) << 20;
