@@ -15,9 +15,9 @@ same computation.
     python bench/e2e.py --shape 1x64 --out /tmp/host.md              # host time alone (tiny steps)
 
 --profile skips the timed comparison: it runs a few steps of both models under torch.profiler (torch,
-normkit, normkit, torch) and prints, per run, the wall time per step, the GPU kernel time per step and the kernels taking most of it,
-then the host ops (ATen ops and CUDA runtime calls) whose calls or self CPU time per step differ most
-between the torch and the normkit run.
+normkit, normkit, torch) and prints, per run, the wall time per step, the GPU kernel time per step and
+the kernels taking most of it, then the host ops (ATen ops and CUDA runtime calls) whose calls or self
+CPU time per step differ most between the torch and the normkit runs.
 
 Exit status 1 when any loss curve disagrees beyond its tolerance.
 """

@@ -277,8 +277,6 @@ TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
   EXPECT_EQ(strategy(1 << 16, 32768), Strategy::Tiled);
 }
 
-// The sweep-measured rules (docs/NOTES.md, entry 9): very wide scalar rows take simple, narrow rows with
-// huge M take fused, unaligned rows take fused only when tiny.
 // NOTES entry 68: LayerNorm rows of 512-1536 bytes are fused with dX by the byte rule only from
 // ln_fused_mid_rows_min_bytes, unless the fused grid is one full launch of a row group a block.
 TEST(Planner, LayerNormMidRowsFusedFromTheirOwnBytesOrOneFullLaunch) {
@@ -309,6 +307,8 @@ TEST(Planner, LayerNormMidRowsFusedFromTheirOwnBytesOrOneFullLaunch) {
             Strategy::Fused);
 }
 
+// The sweep-measured rules (docs/NOTES.md, entry 9): very wide scalar rows take simple, narrow rows with
+// huge M take fused, unaligned rows take fused only when tiny.
 TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
   PlannerTable t;
   t.fused_cluster_max_elements = 0;  // the rules for problems too large for one cluster launch
@@ -399,7 +399,7 @@ TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
   // fp32 rows by their own key: 256-byte rows (N = 64) not from their bytes, 512-byte rows (N = 128) are
   ASSERT_GT(t.fp32_fused_min_row_bytes, t.fused_min_row_bytes);
   const std::int64_t fp32_cols = t.fp32_fused_min_row_bytes / 4, fp32_rows = t.fused_min_bytes / t.fp32_fused_min_row_bytes;
-  // (RMSNorm: LayerNorm's 512-byte rows have the mid-row rule of entry 68, tested below)
+  // (RMSNorm: LayerNorm's 512-byte rows have entry 68's mid-row rule, LayerNormMidRowsFusedFrom...)
   auto rms_f32 = [&](std::int64_t m, std::int64_t n) {
     return normkit::plan(backward(m, n, DType::F32, {true, true, false}, true), h200, Strategy::Auto, t).strategy;
   };
