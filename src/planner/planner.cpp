@@ -506,15 +506,33 @@ void one_launch_shape(Plan& out, const Problem& p, const DeviceFacts& device, co
   out.one_launch = true;
 }
 
+/// Row walkers of the fused kernel's persistent grid for row layout `row`: kFusedBlocksPerSm co-resident
+/// blocks per SM (the kernel's launch bounds guarantee the registers), fewer when M is small so the
+/// partials stay small. Split rows: the walkers are clusters of `row.split` blocks (the launch caps them
+/// further to the clusters the device holds at once, cluster_grid), so each walker's share is counted
+/// in clusters.
+std::int64_t fused_walkers(const Problem& p, const DeviceFacts& device, const PlannerTable& t, const RowShape& row) {
+  const int split = row.split;
+  const std::int64_t rows_per_walker_min =
+      std::int64_t(row.rows_per_block) * (split > 1 ? t.fused_split_min_rows_per_cluster : t.fused_min_rows_per_block);
+  const std::int64_t by_rows = std::max<std::int64_t>(1, ceil_div(p.rows, rows_per_walker_min));
+  const std::int64_t walkers = std::int64_t(device.sm_count) * kFusedBlocksPerSm / split;
+  return std::max<std::int64_t>(1, std::min<std::int64_t>(by_rows, walkers));
+}
+
+/// Whether `walkers` fill enough of the GPU for the grid-wide sync of the single cooperative launch
+/// (PlannerTable::fused_single_launch_min_grid_percent; small cooperative grids were slower).
+bool fused_walkers_fill_single_launch(std::int64_t walkers, const DeviceFacts& device, const PlannerTable& t) {
+  return walkers * 100 >= std::int64_t(device.sm_count) * kFusedBlocksPerSm * t.fused_single_launch_min_grid_percent;
+}
+
 /// Whether the fused plan of `p` is one full cooperative launch in which every block walks at most one
-/// row group: rows not split, ceil(M / rows per block) at most the persistent grid and at least
-/// PlannerTable::fused_single_launch_min_grid_percent of it.
+/// row group (unsplit rows, the single launch's share of the grid, M within one group a walker).
 bool fused_one_full_launch(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   const RowShape rows = fused_row_shape(p, device, t);
   if (!t.fused_single_launch || rows.split != 1 || rows.items == 0) return false;
-  const std::int64_t groups = ceil_div(p.rows, std::int64_t(rows.rows_per_block));
-  const std::int64_t grid = std::int64_t(device.sm_count) * kFusedBlocksPerSm;
-  return groups <= grid && groups * 100 >= grid * t.fused_single_launch_min_grid_percent;
+  const std::int64_t walkers = fused_walkers(p, device, t, rows);
+  return fused_walkers_fill_single_launch(walkers, device, t) && p.rows <= walkers * rows.rows_per_block;
 }
 
 Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
@@ -692,15 +710,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
                   std::to_string(device.max_cluster_blocks < 2 ? 0
                                                                : std::max(device.max_cluster_blocks,
                                                                           device.max_nonportable_cluster_blocks)));
-    // Persistent grid: kFusedBlocksPerSm co-resident blocks per SM (the kernel's launch bounds
-    // guarantee the registers), fewer when M is small so the partials stay small. Split rows: the
-    // row walkers are clusters of `split` blocks (the launch caps them further to the clusters the
-    // device holds at once, cluster_grid), so each walker's share is counted in clusters.
-    const std::int64_t rows_per_walker_min =
-        std::int64_t(out.row.rows_per_block) * (split > 1 ? t.fused_split_min_rows_per_cluster : t.fused_min_rows_per_block);
-    const std::int64_t by_rows = std::max<std::int64_t>(1, ceil_div(p.rows, rows_per_walker_min));
-    const std::int64_t walkers = std::int64_t(device.sm_count) * kFusedBlocksPerSm / split;
-    out.row.blocks = std::max<std::int64_t>(1, std::min<std::int64_t>(by_rows, walkers)) * split;
+    out.row.blocks = fused_walkers(p, device, t, out.row) * split;  // the persistent grid
     out.cluster_blocks = fused_cluster_blocks(p, device, t, out.row.rows_per_block);
     if (out.cluster_blocks > 0) out.row.blocks = out.cluster_blocks;
     // Dynamic shared memory: the row stages, and (always) the block's partial staging at the end;
@@ -722,9 +732,7 @@ Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const
     if (p.mask.any_gamma_beta() && walkers_planned > 1 && out.cluster_blocks == 0) {  // one walker writes directly
       // a grid-wide sync needs a cooperative launch, which takes no clusters: split rows take two launches
       // ... and only on a grid that fills the GPU (PlannerTable::fused_single_launch_min_grid_percent)
-      out.single_launch = t.fused_single_launch && split == 1 &&
-                          walkers_planned * 100 >= std::int64_t(device.sm_count) * kFusedBlocksPerSm *
-                                                       t.fused_single_launch_min_grid_percent;
+      out.single_launch = t.fused_single_launch && split == 1 && fused_walkers_fill_single_launch(walkers_planned, device, t);
       out.partial_rows = walkers_planned;
       out.columns.block_x = kWarpSize;
       out.columns.reduce_block_y = reduce_block_y(out.partial_rows, t);
