@@ -821,18 +821,21 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
          p.m * p.n <= best_table.fused_cluster_max_elements && p.n <= best_table.fused_cluster_max_cols ? "cluster"
                                                                                                          : "other"});
 
-  // 4) The forward's lean walks, each from a size of x: RMSNorm's packed walk (rms_forward_packed_min_bytes),
-  // LayerNorm's warp rows on the short-row walk (ln_forward_warp_rows_min_bytes) and its rows of 16
-  // vectors a lane there (ln_forward_long_warp_rows_min_bytes). Every vectorised shape of a small grid
-  // the walk can serve is timed with the walk allowed everywhere and with it never taken (the staged or
-  // streamed walk), and the byte threshold is chosen by the same regret score as steps 1 and 3.
+  // 4) Plans taken from a size of x, each cut tuned alone: the forward's lean walks -- RMSNorm's packed walk
+  // (rms_forward_packed_min_bytes), LayerNorm's warp rows on the short-row walk
+  // (ln_forward_warp_rows_min_bytes) and its rows of 16 vectors a lane there
+  // (ln_forward_long_warp_rows_min_bytes) -- and the fused full backward of LayerNorm rows of 512-1536
+  // bytes (ln_fused_mid_rows_min_bytes, docs/NOTES.md entry 68). Every vectorised shape of a small grid
+  // the plan can serve is timed with it allowed everywhere and with it never taken (the staged or
+  // streamed walk; two-pass or tiled), and the byte threshold is chosen by the same regret score as
+  // steps 1 and 3.
   struct WalkPoint {
     std::int64_t m, n, bytes;
     double walk, other;
   };
-  struct ForwardWalkTune {
+  struct ByteCutTune {
     const char* title;       // the report's heading
-    const char* walk_name;   // "packed": the records' labels are walk_name and "not_" walk_name
+    const char* walk_name;   // "packed": the records' labels are walk_name and "not_" walk_name (the plan tuned)
     const char* key_name;    // the table key tuned
     OpKind op;
     std::int64_t normkit::PlannerTable::*min_bytes;
@@ -844,7 +847,10 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
     Table table;
   };
   const std::vector<std::int64_t> walk_cols{768, 1024, 2048, 4096, 8192};
-  ForwardWalkTune walks[] = {
+  const std::int64_t element_bytes = std::int64_t(normkit::dtype_size(dtype));
+  std::vector<std::int64_t> mid_row_cols;  // LayerNorm rows of 512, 768, ..., 1536 bytes
+  for (std::int64_t row_bytes = 512; row_bytes <= 1536; row_bytes += 256) mid_row_cols.push_back(row_bytes / element_bytes);
+  ByteCutTune walks[] = {
       {"RMSNorm forward, packed walk", "packed", "rms_forward_packed_min_bytes", OpKind::RmsFwd,
        &normkit::PlannerTable::rms_forward_packed_min_bytes, [](const normkit::Plan& p) { return p.row.packed; },
        walk_cols, 28, {}, kNaN, kNaN, {}},
@@ -858,12 +864,16 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
        "ln_forward_long_warp_rows_min_bytes", OpKind::LnFwd, &normkit::PlannerTable::ln_forward_long_warp_rows_min_bytes,
        [](const normkit::Plan& p) { return p.row.short_rows && p.row.items == normkit::kShortRowMaxItems; },
        {1280, 2048, 2560, 3072, 4096}, 30, {}, kNaN, kNaN, {}},
+      // fused with dX below the byte rule's 4 MiB only where the table says (never: two-pass or tiled);
+      // x of 256 KiB - 16 MiB, of which fused_min_bytes (1.5 MiB) and up can take it
+      {"LayerNorm full backward, fused on rows of 512-1536 bytes", "ln_mid_fused", "ln_fused_mid_rows_min_bytes",
+       OpKind::LnBwd, &normkit::PlannerTable::ln_fused_mid_rows_min_bytes,
+       [](const normkit::Plan& p) { return p.strategy == Strategy::Fused; }, mid_row_cols, 24, {}, kNaN, kNaN, {}},
   };
-  const std::int64_t element_bytes = std::int64_t(normkit::dtype_size(dtype));
-  for (ForwardWalkTune& w : walks) {
+  for (ByteCutTune& w : walks) {
     normkit::PlannerTable everywhere = best_table, never = best_table;
-    // these keys choose among the walks that the one-row-a-block walk (RowShape::block_rows) comes
-    // before: it is off in both tables (its own keys are not re-measured here)
+    // the forward keys choose among the walks that the one-row-a-block walk (RowShape::block_rows) comes
+    // before: it is off in both tables (its own keys are not re-measured here; the backward ignores it)
     everywhere.forward_block_rows_below_bytes = never.forward_block_rows_below_bytes = 0;
     everywhere.*w.min_bytes = 0;
     never.*w.min_bytes = std::numeric_limits<std::int64_t>::max();
@@ -946,9 +956,9 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
      << best_table.fused_cluster_max_cols << ") score " << fmt(cluster_best_score, 4)
      << (facts.max_cluster_blocks >= 2 ? "" : " (this device has no thread-block clusters: not measured)") << "\n\n";
   md << cluster_table.markdown() << "\n";
-  for (const ForwardWalkTune& w : walks) {
+  for (const ByteCutTune& w : walks) {
     const std::int64_t tuned = best_table.*w.min_bytes;
-    md << w.title << " against the walk it replaces (" << w.points.size() << " shapes, x of 256 KiB - "
+    md << w.title << " against the plan it replaces (" << w.points.size() << " shapes, x of 256 KiB - "
        << fmt_bytes(double(std::int64_t(1) << w.max_bytes_log)) << "): default rule (" << w.key_name << ", x >= "
        << fmt_bytes(double(normkit::default_planner_table().*w.min_bytes)) << ") score " << fmt(w.default_score, 4)
        << "; tuned rule (x >= "
@@ -972,7 +982,7 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   meta.push_back({"cluster_tuned_score", cluster_best_score});
   std::vector<std::pair<std::string, std::vector<Record>>> tables{
       {"fused_vs_unfused", table_records(fused_table)}, {"cluster_vs_other", table_records(cluster_table)}};
-  for (const ForwardWalkTune& w : walks) {
+  for (const ByteCutTune& w : walks) {
     meta.push_back({std::string("tuned_") + w.key_name, best_table.*w.min_bytes});
     meta.push_back({std::string(w.walk_name) + "_default_score", w.default_score});
     meta.push_back({std::string(w.walk_name) + "_tuned_score", w.tuned_score});
