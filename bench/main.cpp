@@ -682,22 +682,75 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   // on the same points; of the M = 2^k grid it decides only at M = 512 (from two_pass_min_rows, below
   // column_vec_two_pass_min_rows).
   const std::vector<std::int64_t> narrow_strip_candidates = {base.two_pass_min_rows_per_narrow_strip, 8, 12, 16, 32, 48};
-  for (std::int64_t s : simple_candidates) {
-    for (std::int64_t pr : part_candidates) {
-      for (std::int64_t ns : narrow_strip_candidates) {
-        normkit::PlannerTable cand = base;
-        cand.simple_max_rows = s;
-        cand.two_pass_min_rows_per_part = pr;
-        cand.two_pass_min_rows_per_narrow_strip = ns;
-        int miss = 0;
-        const double sc = score(cand, &miss);
-        if (miss == 0 && std::isfinite(sc) && sc < best_score - 1e-6) {
-          best_score = sc;
-          best_table = cand;
+  auto search = [&](const std::vector<std::int64_t>& parts) {
+    best_table = base;
+    best_score = default_score;
+    for (std::int64_t s : simple_candidates) {
+      for (std::int64_t pr : parts) {
+        for (std::int64_t ns : narrow_strip_candidates) {
+          normkit::PlannerTable cand = base;
+          cand.simple_max_rows = s;
+          cand.two_pass_min_rows_per_part = pr;
+          cand.two_pass_min_rows_per_narrow_strip = ns;
+          int miss = 0;
+          const double sc = score(cand, &miss);
+          if (miss == 0 && std::isfinite(sc) && sc < best_score - 1e-6) {
+            best_score = sc;
+            best_table = cand;
+          }
         }
       }
     }
+  };
+  search(part_candidates);
+
+  // 1b) The points above timed two-pass with the default split, but two_pass_min_rows_per_part also
+  // sets the split (parts <= M / value), and the full backward runs that split beside dX. A tuned value
+  // is kept only if the full backward's two-pass (LN and RMS, dX too) is not slower with it than with
+  // the default split where the two give different plans (geometric mean); else step 1 is searched
+  // again at the default split. (An H200 run at a5c9806 tuned 8 from the gamma/beta points, and with it
+  // the full backward at 4096 x 512 bf16 took 12.8 against 9.5 us: docs/NOTES.md entry 68.)
+  Table split_table;
+  split_table.header = {"op", "M", "N", "default split (µs)", "tuned split (µs)", "tuned / default"};
+  double split_log_sum = 0;
+  int split_points = 0;
+  const std::int64_t tuned_parts = best_table.two_pass_min_rows_per_part;
+  if (tuned_parts != base.two_pass_min_rows_per_part) {
+    for (bool rms : {false, true}) {
+      const OpKind op = rms ? OpKind::RmsBwd : OpKind::LnBwd;
+      for (std::int64_t n : tune_n) {
+        for (std::int64_t m : {std::int64_t(1024), std::int64_t(4096), std::int64_t(16384), std::int64_t(65536)}) {
+          std::string why;
+          if (floor_bytes(op, m, n, dtype, ctx.weight_dtype(dtype)) > max_cell_bytes || cpu_too_big(ctx, m, n, &why))
+            continue;
+          auto setup = make_setup(ctx, rms, m, n, dtype, &why);
+          if (!setup) continue;
+          if (setup->plan_with_table(op, Strategy::TwoPass, base).describe() ==
+              setup->plan_with_table(op, Strategy::TwoPass, best_table).describe())
+            continue;
+          std::fprintf(stderr, "\r[tune] two-pass split %s M=%lld N=%lld        ", op_kind_name(op), (long long)m, (long long)n);
+          std::fflush(stderr);
+          setup->set_table(&base);
+          const Timing with_default = measure(*ctx.backend, *setup, op, Strategy::TwoPass, mode, ctx.params);
+          note_failure(ctx, "tune", with_default);
+          records.push_back(timing_record(ctx, "tune", "default_split", *setup, op, Strategy::TwoPass, mode, with_default));
+          setup->set_table(&best_table);
+          const Timing with_tuned = measure(*ctx.backend, *setup, op, Strategy::TwoPass, mode, ctx.params);
+          note_failure(ctx, "tune", with_tuned);
+          records.push_back(timing_record(ctx, "tune", "tuned_split", *setup, op, Strategy::TwoPass, mode, with_tuned));
+          if (!with_default.ok || !with_tuned.ok) continue;
+          split_log_sum += std::log(with_tuned.mean_us / with_default.mean_us);
+          ++split_points;
+          split_table.rows.push_back({op_kind_name(op), std::to_string(m), std::to_string(n), fmt(with_default.mean_us),
+                                      fmt(with_tuned.mean_us), fmt(with_tuned.mean_us / with_default.mean_us, 3)});
+        }
+      }
+    }
+    std::fprintf(stderr, "\n");
   }
+  const double split_geo = split_points ? std::exp(split_log_sum / split_points) : kNaN;
+  const bool split_kept = !(split_geo > 1.0);
+  if (!split_kept) search({base.two_pass_min_rows_per_part});
 
   // 2) fused_enabled: fused vs the best unfused strategy on large shapes (full backward and
   // gamma/beta only), geometric mean of the ratio.
@@ -948,6 +1001,11 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   md << "- fused vs best unfused, geometric mean over " << fused_points << " large shapes: " << fmt(fused_geo, 3)
      << " -> fused_enabled = " << (best_table.fused_enabled ? 1 : 0) << "\n\n";
   md << fused_table.markdown() << "\n";
+  if (tuned_parts != base.two_pass_min_rows_per_part)
+    md << "Two-pass split (step 1b): two_pass_min_rows_per_part " << tuned_parts << " against the default "
+       << base.two_pass_min_rows_per_part << " on the full backward, " << split_points << " shapes, tuned / default "
+       << fmt(split_geo, 4) << (split_kept ? ": kept" : ": not kept, step 1 searched again at the default split")
+       << "\n\n" << split_table.markdown() << "\n";
   md << "Fused as one thread-block cluster (full backward, small shapes; " << cluster_points.size()
      << " points): against the best of tiled, two-pass and fused with a second launch. Default rule (M x N <= "
      << normkit::default_planner_table().fused_cluster_max_elements << ", N <= "
@@ -975,13 +1033,16 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   meta.push_back({"tuned_simple_max_rows", best_table.simple_max_rows});
   meta.push_back({"tuned_two_pass_min_rows_per_part", best_table.two_pass_min_rows_per_part});
   meta.push_back({"fused_over_unfused_geomean", fused_geo});
+  meta.push_back({"split_tuned_over_default_geomean", split_geo});
+  meta.push_back({"split_kept", split_kept});
   meta.push_back({"fused_enabled", best_table.fused_enabled});
   meta.push_back({"tuned_fused_cluster_max_elements", best_table.fused_cluster_max_elements});
   meta.push_back({"tuned_fused_cluster_max_cols", best_table.fused_cluster_max_cols});
   meta.push_back({"cluster_default_score", cluster_default_score});
   meta.push_back({"cluster_tuned_score", cluster_best_score});
   std::vector<std::pair<std::string, std::vector<Record>>> tables{
-      {"fused_vs_unfused", table_records(fused_table)}, {"cluster_vs_other", table_records(cluster_table)}};
+      {"fused_vs_unfused", table_records(fused_table)}, {"cluster_vs_other", table_records(cluster_table)},
+      {"two_pass_split", table_records(split_table)}};
   for (const ByteCutTune& w : walks) {
     meta.push_back({std::string("tuned_") + w.key_name, best_table.*w.min_bytes});
     meta.push_back({std::string(w.walk_name) + "_default_score", w.default_score});
