@@ -709,7 +709,7 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   // is kept only if the full backward's two-pass (LN and RMS, dX too) is not slower with it than with
   // the default split where the two give different plans (geometric mean); else step 1 is searched
   // again at the default split. (An H200 run at a5c9806 tuned 8 from the gamma/beta points, and with it
-  // the full backward at 4096 x 512 bf16 took 12.8 against 9.5 us: docs/NOTES.md entry 68.)
+  // the full backward at 4096 x 512 bf16 took 12.8 against 9.5 us: docs/NOTES.md entry 69.)
   Table split_table;
   split_table.header = {"op", "M", "N", "default split (µs)", "tuned split (µs)", "tuned / default"};
   double split_log_sum = 0;
