@@ -901,8 +901,10 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   };
   const std::vector<std::int64_t> walk_cols{768, 1024, 2048, 4096, 8192};
   const std::int64_t element_bytes = std::int64_t(normkit::dtype_size(dtype));
-  std::vector<std::int64_t> mid_row_cols;  // LayerNorm rows of 512, 768, ..., 1536 bytes
-  for (std::int64_t row_bytes = 512; row_bytes <= 1536; row_bytes += 256) mid_row_cols.push_back(row_bytes / element_bytes);
+  std::vector<std::int64_t> mid_row_cols;  // LayerNorm rows of the mid-row band, 256 bytes apart (512, 768, ..., 1536)
+  for (std::int64_t row_bytes = best_table.ln_fused_mid_rows_min_row_bytes; row_bytes <= best_table.ln_fused_mid_rows_max_row_bytes;
+       row_bytes += 256)
+    mid_row_cols.push_back(row_bytes / element_bytes);
   ByteCutTune walks[] = {
       {"RMSNorm forward, packed walk", "packed", "rms_forward_packed_min_bytes", OpKind::RmsFwd,
        &normkit::PlannerTable::rms_forward_packed_min_bytes, [](const normkit::Plan& p) { return p.row.packed; },
