@@ -560,19 +560,21 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const bool wide_rows_by_bytes =
       split >= 2 && fused_layout_split.items == kFusedWideItems && dtype_size(p.dtype) == 2 &&
       x_bytes >= (is_rms(p.op) ? t.rms_fused_wide_min_bytes : t.fused_wide_min_bytes);
-  // LayerNorm mid-length rows: the byte rule from ln_fused_mid_rows_min_bytes, unless the fused grid is
-  // one full single launch of a row group a block (PlannerTable::ln_fused_mid_rows_min_bytes).
+  // Fused with dX from a size of x: rows of fused_min_row_bytes (fp32: its own key) from fused_min_bytes;
+  // LayerNorm mid-length rows only from ln_fused_mid_rows_min_bytes, unless the fused grid is one full
+  // single launch of a row group a block (PlannerTable::ln_fused_mid_rows_min_bytes). The grid is
+  // asked last: only rows the other tests leave open pay for it.
   const bool ln_mid_rows = !is_rms(p.op) && row_bytes >= t.ln_fused_mid_rows_min_row_bytes &&
-                           row_bytes <= t.ln_fused_mid_rows_max_row_bytes && !fused_one_full_launch(p, device, t);
-  const std::int64_t fused_bytes = ln_mid_rows ? std::max(t.fused_min_bytes, t.ln_fused_mid_rows_min_bytes) : t.fused_min_bytes;
+                           row_bytes <= t.ln_fused_mid_rows_max_row_bytes;
+  const bool rows_by_bytes =
+      p.rows >= t.fused_bytes_min_rows && x_bytes >= t.fused_min_bytes &&
+      row_bytes >= (dtype_size(p.dtype) == 4 ? t.fp32_fused_min_row_bytes : t.fused_min_row_bytes) &&
+      (!ln_mid_rows || x_bytes >= t.ln_fused_mid_rows_min_bytes || fused_one_full_launch(p, device, t));
   const bool fused_size =
       small ||
       (short_vector_rows(p, t) ? p.rows >= t.fused_short_row_min_rows || (p.mask.dx && x_bytes >= short_row_dx_min_bytes)
        : !vectorised           ? p.rows >= t.fused_unaligned_min_rows
-       : p.mask.dx ? (p.rows >= t.fused_min_rows ||
-                      (p.rows >= t.fused_bytes_min_rows && x_bytes >= fused_bytes &&
-                       row_bytes >= (dtype_size(p.dtype) == 4 ? t.fp32_fused_min_row_bytes : t.fused_min_row_bytes)) ||
-                      split_rows_by_bytes || wide_rows_by_bytes)
+       : p.mask.dx ? (p.rows >= t.fused_min_rows || rows_by_bytes || split_rows_by_bytes || wide_rows_by_bytes)
                    : p.rows >= t.fused_gb_min_rows && row_vectors(p) >= t.fused_gb_min_vectors);
   const bool fused_layout = vectorised || p.cols <= t.fused_unaligned_max_cols;
   // Rows split over a cluster are fused with dX (that is what saves the second read of x and dy), or
