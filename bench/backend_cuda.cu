@@ -84,6 +84,10 @@ class CudaBackend final : public Backend {
     os << prop_.name << " (cc " << prop_.major << "." << prop_.minor << ", " << prop_.multiProcessorCount
        << " SMs, L2 " << (prop_.l2CacheSize >> 20) << " MiB, "
        << double(prop_.totalGlobalMem) / double(1ULL << 30) << " GiB)";
+    // what the planner sizes fused split rows by (DeviceFacts::cluster_sms), as the library read it
+    const normkit::DeviceFacts facts = normkit::current_device_facts();
+    os << "; SMs filled by clusters of 1..16 blocks:";
+    for (int sms : facts.cluster_sms) os << ' ' << sms;
     return os.str();
   }
   std::int64_t l2_bytes() const override { return prop_.l2CacheSize; }

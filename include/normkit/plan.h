@@ -27,6 +27,10 @@ struct Mask {
 enum class TileBand : std::uint8_t { None, Tile8, Tile64, Tile128, Tile256 };
 const char* band_name(TileBand band);
 
+/// Blocks of a fused row split over the largest cluster (PlannerTable::fused_split_max's cap): 16, the
+/// non-portable cluster size of sm_90 (kernels opt in per launch).
+constexpr int kMaxFusedSplitBlocks = 16;
+
 /// What the planner needs to know about the GPU. Filled from cudaGetDeviceProperties by the CUDA
 /// layer; tests construct it by hand (AMD-like warp_size 64 included).
 struct DeviceFacts {
@@ -44,6 +48,13 @@ struct DeviceFacts {
   int max_nonportable_cluster_blocks = 16;
   /// Programmatic dependent launch (sm_90 on): a kernel may start before the previous one ends.
   bool programmatic_launch = true;
+  /// SMs that clusters of k blocks fill at once at one block an SM (cudaOccupancyMaxActiveClusters
+  /// times k), for k = 1..16 at index k - 1; 0 = not known. The GPCs decide it, not the SM count: the
+  /// H200's 132 SMs hold 15 clusters of 8 (120 SMs) and 15 of 7 (105), 17 of 6 (102), 7 of 16 (112)
+  /// and 7 of 12 (84). Filled by the CUDA layer from the device; these are the H200's (measured,
+  /// docs/NOTES.md entry 70). The fused split walk sizes its clusters by them
+  /// (PlannerTable::fused_split_most_clusters).
+  int cluster_sms[kMaxFusedSplitBlocks] = {132, 132, 117, 120, 110, 102, 105, 120, 81, 70, 77, 84, 91, 98, 105, 112};
   static DeviceFacts h200() { return {}; }
 };
 
@@ -57,10 +68,6 @@ struct Problem {
   Mask mask{};
   bool rows_vector_aligned = true;  ///< every row pointer 16-byte aligned (data and strides)
 };
-
-/// Blocks of a fused row split over the largest cluster (PlannerTable::fused_split_max's cap): 16, the
-/// non-portable cluster size of sm_90 (kernels opt in per launch).
-constexpr int kMaxFusedSplitBlocks = 16;
 
 /// Shape of a row-wise kernel (forward, dX, and the row walk of the fused backward): each row is
 /// handled by a group of `threads_per_row` threads; each thread caches `items` vectors of `vec`
@@ -613,6 +620,18 @@ struct PlannerTable {
   /// max_nonportable_cluster_blocks). 0 or 1 = such rows are never fused (forcing fused on them
   /// throws). Measured in docs/NOTES.md entries 25 and 26.
   int fused_split_max = kMaxFusedSplitBlocks;
+  /// Fused rows split over a cluster take, from the blocks the row needs up to the largest cluster
+  /// of their layout (2-item blocks: the portable size; the wide layout: fused_split_max), the size
+  /// of which the device holds the most clusters at once (DeviceFacts::cluster_sms), and of those
+  /// the most blocks, each a smaller slice. The split walk costs about the same per row and block
+  /// whatever the slice's width (its layout's lanes and items run either way), so its time follows
+  /// the rows walked at once, the clusters: H200, bf16 / fp32, graph, against the blocks the row needs
+  /// (docs/NOTES.md entry 70): a row of 7 2-item blocks over 8 (15 clusters either way) 0.977-0.990,
+  /// a wide row of 12 over 16 (7 clusters) 0.913-0.921; more blocks where they hold fewer clusters
+  /// lost (5 -> 8: 22 -> 15 clusters, 1.29-1.41x; 3 -> 4 1.11-1.25x; 6 -> 8 1.07-1.11x; wide 9 -> 16
+  /// 1.07x). Only where the device's cluster_sms are known for every size considered. 0 = the blocks
+  /// the row needs.
+  int fused_split_most_clusters = 1;
   /// Staged fused rows split over at least this many blocks defer their cluster sums one row
   /// (Plan::deferred_sums): a row's dX waits for the cluster after the next row's accumulation
   /// instead of stalling the block once per row, at the cost of recomputing xhat and g from the

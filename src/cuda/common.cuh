@@ -117,6 +117,24 @@ void allow_dynamic_smem(Kernel* kernel, std::int64_t bytes, const char* what) {
   have = bytes;
 }
 
+/// Asks the device how many clusters of `cluster_blocks` blocks of `kernel` it holds at once (in
+/// `clusters`); the kernel must have opted in to non-portable sizes above kPortableClusterBlocks.
+template <typename Kernel>
+cudaError_t max_active_clusters(Kernel* kernel, dim3 block, std::size_t smem, int cluster_blocks, int& clusters) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(cluster_blocks));
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = unsigned(cluster_blocks);
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+}
+
 /// The grid of a persistent kernel run in clusters of `cluster_blocks` blocks (split rows), capped to
 /// the clusters the device holds at once: a cluster that had to wait for a free slot would walk its
 /// rows after all the others (two waves for one cluster's share). The planner sizes the grid from
@@ -140,18 +158,7 @@ unsigned cluster_grid(Kernel* kernel, unsigned planned_blocks, dim3 block, std::
       if (cluster_blocks > kPortableClusterBlocks)
         check(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
               "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
-      cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(unsigned(cluster_blocks));
-      config.blockDim = block;
-      config.dynamicSmemBytes = smem;
-      cudaLaunchAttribute attribute[1];
-      attribute[0].id = cudaLaunchAttributeClusterDimension;
-      attribute[0].val.clusterDim.x = unsigned(cluster_blocks);
-      attribute[0].val.clusterDim.y = 1;
-      attribute[0].val.clusterDim.z = 1;
-      config.attrs = attribute;
-      config.numAttrs = 1;
-      check(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config), "cudaOccupancyMaxActiveClusters");
+      check(max_active_clusters(kernel, block, smem, cluster_blocks, clusters), "cudaOccupancyMaxActiveClusters");
       known[key] = clusters;
     }
   }

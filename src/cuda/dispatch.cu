@@ -1,5 +1,6 @@
 // The CUDA layer's host entry points: device facts, pointer classification, and the (T, W) type
 // switch that hands a validated problem and its plan to the strategy launchers.
+#include <algorithm>
 #include <mutex>
 #include <vector>
 
@@ -10,6 +11,38 @@
 namespace normkit::detail {
 
 using cuda::check;
+
+namespace {
+
+/// Stands in for the fused split walk in the cluster occupancy queries: what the query counts is
+/// blocks of one block an SM (the dynamic shared memory asked for leaves room for no second one).
+__global__ void one_block_an_sm_kernel() {}
+
+/// DeviceFacts::cluster_sms of the current device (sm_90 on): SMs that clusters of k = 1..16 blocks
+/// fill at once at one block an SM; 0 where the driver does not answer (the planner then keeps the
+/// blocks a row needs).
+void fill_cluster_sms(DeviceFacts& facts, int threads) {
+  for (int& sms : facts.cluster_sms) sms = 0;
+  if (facts.max_cluster_blocks < 2) return;
+  const int smem = int(facts.smem_per_sm / 2) + 1024;  // more than half an SM's shared memory
+  if (cudaFuncSetAttribute(one_block_an_sm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+      cudaFuncSetAttribute(one_block_an_sm_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  const int largest = std::max(facts.max_cluster_blocks, facts.max_nonportable_cluster_blocks);
+  for (int blocks = 1; blocks <= std::min(largest, kMaxFusedSplitBlocks); ++blocks) {
+    int clusters = 0;
+    if (cuda::max_active_clusters(one_block_an_sm_kernel, dim3(unsigned(threads)), std::size_t(smem), blocks, clusters) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+      clusters = 0;
+    }
+    facts.cluster_sms[blocks - 1] = clusters * blocks;
+  }
+}
+
+}  // namespace
 
 DeviceFacts cuda_device_facts() {
   int device = 0;
@@ -32,6 +65,7 @@ DeviceFacts cuda_device_facts() {
     facts.max_cluster_blocks = prop.major >= 9 ? kPortableClusterBlocks : 0;  // thread-block clusters: sm_90 on
     facts.max_nonportable_cluster_blocks = prop.major >= 9 ? kMaxFusedSplitBlocks : 0;  // sm_90: 16 when opted in
     facts.programmatic_launch = prop.major >= 9;         // programmatic dependent launch: sm_90 on
+    fill_cluster_sms(facts, kFusedBlockThreads);
     if (facts.warp_size != kWarpSize)
       throw CudaError("normkit: device warp size " + std::to_string(facts.warp_size) + " but kernels are built for " +
                       std::to_string(kWarpSize));

@@ -15,6 +15,10 @@ namespace {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+/// A cache line of L1 and L2 (the unit a warp's global accesses are split into): split rows' slices
+/// start on one (split_slice_cols).
+constexpr std::int64_t kSliceLineBytes = 128;
+
 int next_pow2(std::int64_t v) {
   int p = 1;
   while (p < v && p < (1 << 30)) p <<= 1;
@@ -65,6 +69,23 @@ RowShape row_shape(const Problem& p, const DeviceFacts& device, const PlannerTab
 }
 
 std::int64_t row_vectors(const Problem& p) { return ceil_div(std::max<std::int64_t>(p.cols, 1), vector_width(p)); }
+
+/// Columns of each block's slice of a row split over `split` blocks (RowShape::slice_cols): the row's
+/// vectors shared out evenly, rounded up to whole 128-byte lines, so that every slice of a row that
+/// starts on a line starts on one too. Slices 16-112 bytes off the lines (e.g. 45056 16-bit columns
+/// over 6 blocks: 939 vectors a slice) make each warp's 512 bytes of copies span five lines instead
+/// of four, like the misaligned stages of docs/NOTES.md entry 50: the fused split walk took
+/// 1.03-1.17x the time of whole-line slices (entry 70). Rows that are not whole lines were measured
+/// no slower rounded (8200 / 12296 columns within 1 %, 57352 0.95x), so they round too. The last
+/// block owns what is left, fewer columns. The rounding adds less than a line a block and every
+/// block's capacity is whole lines, so a slice fits wherever the even share does; where it would
+/// leave the last block nothing, the even share stays.
+int split_slice_cols(std::int64_t vectors, int split, int vec, int element_bytes) {
+  const std::int64_t line_vectors = std::max<std::int64_t>(1, kSliceLineBytes / (std::int64_t(vec) * element_bytes));
+  const std::int64_t even = ceil_div(vectors, std::int64_t(split));
+  const std::int64_t aligned = ceil_div(even, line_vectors) * line_vectors;
+  return int((aligned * (split - 1) < vectors ? aligned : even) * vec);
+}
 
 /// Rows of a few 16-byte vectors (PlannerTable::short_row_max_vectors): the short-row rules were
 /// measured on vectorised rows only (N = 64 16-bit), so unvectorised rows keep the general layout.
@@ -261,7 +282,7 @@ bool split_row_over_cluster(RowShape& s, const Problem& p, const DeviceFacts& de
   out.threads_per_row = block_threads;
   out.rows_per_block = 1;
   out.split = int(std::max<std::int64_t>(split, 2));
-  out.slice_cols = int(ceil_div(vectors, out.split) * out.vec);
+  out.slice_cols = split_slice_cols(vectors, out.split, out.vec, dtype_size(p.dtype));
   const std::int64_t resident_clusters =
       std::max<std::int64_t>(1, std::int64_t(device.sm_count) * guaranteed_row_blocks_per_sm(out) / out.split);
   out.blocks = std::min<std::int64_t>(std::max<std::int64_t>(p.rows, 1), resident_clusters) * out.split;
@@ -343,6 +364,26 @@ FusedSplit fused_split(const Problem& p, const PlannerTable& t, std::string* why
     *why = os.str();
   }
   return {};
+}
+
+/// The cluster size of a fused split row (PlannerTable::fused_split_most_clusters): from the blocks the
+/// row needs (`fs`) up to the largest cluster of its layout the device launches, the size of which
+/// the device holds the most clusters at once (DeviceFacts::cluster_sms / size), and of those the
+/// most blocks (smaller slices). The rules that pick the strategy keep the blocks the row needs
+/// (fused_split).
+int fused_cluster_split(const FusedSplit& fs, const DeviceFacts& device, const PlannerTable& t) {
+  if (!t.fused_split_most_clusters || fs.split < 2) return fs.split;
+  const int device_largest =
+      fs.items > kMaxFusedItems ? std::max(device.max_cluster_blocks, device.max_nonportable_cluster_blocks)
+                                : std::min(device.max_cluster_blocks, kPortableClusterBlocks);
+  const int largest = std::min({t.fused_split_max, kMaxFusedSplitBlocks, device_largest});
+  int best = fs.split, best_clusters = 0;
+  for (int blocks = fs.split; blocks <= largest; ++blocks) {
+    const int clusters = device.cluster_sms[blocks - 1] / blocks;
+    if (clusters <= 0) return fs.split;  // not known for this size: the blocks the row needs
+    if (clusters >= best_clusters) best = blocks, best_clusters = clusters;
+  }
+  return best;
 }
 
 bool fused_fits(const Problem& p, const PlannerTable& t, std::string* why) { return fused_split(p, t, why).split > 0; }
@@ -468,8 +509,8 @@ RowShape fused_row_shape(const Problem& p, const DeviceFacts& device, const Plan
     s.items = fs.items;
     s.threads_per_row = kFusedBlockThreads;
     s.rows_per_block = 1;
-    s.split = fs.split;
-    s.slice_cols = int(ceil_div(row_vectors(p), fs.split) * s.vec);
+    s.split = fused_cluster_split(fs, device, t);
+    s.slice_cols = split_slice_cols(row_vectors(p), s.split, s.vec, dtype_size(p.dtype));
     return s;
   }
   const int items_target = short_vector_rows(p, t) ? t.fused_short_row_items_target : t.row_items_target;
@@ -968,6 +1009,7 @@ const TableKey kTableKeys[] = {
     key<&Table::forward_split_wide_items_min_rows>("forward_split_wide_items_min_rows"),
     key<&Table::forward_split_wide_min_vectors>("forward_split_wide_min_vectors"),
     key<&Table::fused_split_max>("fused_split_max", largest_cluster_check),
+    key<&Table::fused_split_most_clusters>("fused_split_most_clusters"),
     key<&Table::fused_deferred_min_split>("fused_deferred_min_split"),
     key<&Table::fused_split_extra_stage_min_split>("fused_split_extra_stage_min_split"),
     key<&Table::fused_wide_min_element_bytes>("fused_wide_min_element_bytes"),

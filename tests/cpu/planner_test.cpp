@@ -617,8 +617,8 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
   const DeviceFacts h200 = DeviceFacts::h200();
   const Mask full{true, true, true};
   const struct { std::int64_t n; DType t; int split; int slice; } cases[] = {
-      {8192, DType::BF16, 1, 0},     {8200, DType::BF16, 2, 4104}, {16384, DType::F16, 2, 8192},
-      {65536, DType::BF16, 8, 8192}, {57352, DType::BF16, 8, 7176}, {20000, DType::F32, 5, 4000},
+      {8192, DType::BF16, 1, 0},     {8200, DType::BF16, 2, 4160}, {16384, DType::F16, 2, 8192},
+      {65536, DType::BF16, 8, 8192}, {57352, DType::BF16, 8, 7232}, {20000, DType::F32, 5, 4000},
       {32768, DType::F32, 8, 4096}};
   for (const auto& c : cases) {
     for (bool rms : {false, true}) {
@@ -658,7 +658,7 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
   // rows longer than a portable cluster of 2-item blocks: 4-item blocks, clusters above the portable
   // size where needed (the device opts in); a device without such clusters does not fuse them
   const struct { std::int64_t n; DType t; int split; int slice; } wide[] = {
-      {65544, DType::BF16, 5, 13112}, {131072, DType::BF16, 8, 16384}, {262144, DType::BF16, 16, 16384},
+      {65544, DType::BF16, 5, 13120}, {131072, DType::BF16, 8, 16384}, {262144, DType::BF16, 16, 16384},
       {65536, DType::F32, 8, 8192},   {131072, DType::F32, 16, 8192}};
   for (const auto& c : wide) {
     const Problem p = backward(4096, c.n, c.t, full);
@@ -895,6 +895,93 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
   std::remove(path.c_str());
 }
 
+// Split rows: each block's slice starts on a 128-byte line where the row does (slices off the lines
+// cost the fused split walk 12-25 %, docs/NOTES.md entry 70), covers the row with the others, leaves
+// the last block columns, and fits a block -- for the fused walk, the dX kernel's split and the forward.
+TEST(Planner, SplitRowSlicesStartOnWholeLines) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  int split_plans = 0, rounded = 0;
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    const std::int64_t bytes = dtype_size(t);
+    for (std::int64_t cols = 4096; cols <= 262144; cols += 1016) {  // 127 16-bit vectors a step: every remainder
+      for (int kind = 0; kind < 3; ++kind) {
+        const Problem p = kind == 0 ? backward(2048, cols, t, {true, true, true}) : forward(2048, cols, kind == 2, t);
+        // the backward: the fused walk, and the dX kernel's split under tiled
+        const std::vector<Strategy> strategies =
+            kind == 0 ? std::vector<Strategy>{Strategy::Fused, Strategy::Tiled} : std::vector<Strategy>{Strategy::Auto};
+        for (Strategy s : strategies) {
+          if (!strategy_supported(p, s)) continue;
+          const RowShape r = normkit::plan(p, h200, s).row;
+          if (r.split < 2) continue;
+          const std::string where = std::string(op_name(p.op)) + " " + strategy_name(s) + " " + dtype_name(t) +
+                                    " N = " + std::to_string(cols) + " split " + std::to_string(r.split);
+          ++split_plans;
+          const std::int64_t vectors = cols / r.vec, even = (vectors + r.split - 1) / r.split;
+          rounded += r.slice_cols / r.vec != even;
+          EXPECT_EQ(std::int64_t(r.slice_cols) * bytes % 128, 0) << where << " slice " << r.slice_cols;
+          EXPECT_LT(r.slice_cols / r.vec - even, 128 / (r.vec * bytes)) << where;  // less than a line added
+          EXPECT_GE(std::int64_t(r.slice_cols) * r.split, cols) << where;
+          EXPECT_LT(std::int64_t(r.slice_cols) * (r.split - 1), cols) << where;
+          EXPECT_LE(r.slice_cols, std::int64_t(r.items) * r.threads_per_row * r.vec) << where;
+        }
+      }
+    }
+  }
+  EXPECT_GT(split_plans, 500);
+  EXPECT_GT(rounded, 100);  // most even shares are not whole lines
+  // entry 70's shapes: 45056 16-bit columns over 6 blocks, 939 vectors even, 944 (118 lines) rounded
+  const RowShape r = normkit::plan(backward(2048, 45056, DType::BF16, {true, true, true}), h200, Strategy::Fused).row;
+  EXPECT_EQ(r.split, 6);
+  EXPECT_EQ(r.slice_cols, 944 * 8);
+}
+
+// Fused split rows take, from the blocks the row needs up to the largest cluster of their layout, the
+// size of which the device holds the most clusters (DeviceFacts::cluster_sms), ties to more blocks
+// (PlannerTable::fused_split_most_clusters, docs/NOTES.md entry 70).
+TEST(Planner, FusedSplitRowsTakeTheClusterSizeTheDeviceHoldsMostOf) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  const Mask full{true, true, true};
+  auto fused_row = [&](std::int64_t n, DType t, const DeviceFacts& device = DeviceFacts::h200(),
+                       const PlannerTable& table = PlannerTable{}) {
+    return normkit::plan(backward(2048, n, t, full), device, Strategy::Fused, table).row;
+  };
+  // H200: clusters of 2..8 blocks: 66 39 30 22 17 15 15; of 9..16: 9 7 7 7 7 7 7 7
+  const struct { std::int64_t n; DType t; int needed, split, slice; } cases[] = {
+      {16384, DType::BF16, 2, 2, 8192},    {20480, DType::BF16, 3, 3, 6848},    {24576, DType::BF16, 3, 3, 8192},
+      {40960, DType::BF16, 5, 5, 8192},    {49152, DType::BF16, 6, 6, 8192},    {53248, DType::BF16, 7, 8, 6656},
+      {57344, DType::BF16, 7, 8, 7168},    {65536, DType::BF16, 8, 8, 8192},    {98304, DType::BF16, 6, 6, 16384},
+      {131080, DType::BF16, 9, 9, 14592},  {163840, DType::BF16, 10, 16, 10240}, {196608, DType::BF16, 12, 16, 12288},
+      {262144, DType::BF16, 16, 16, 16384}, {28672, DType::F32, 7, 8, 3584},    {24576, DType::F32, 6, 6, 4096}};
+  PlannerTable needed;
+  needed.fused_split_most_clusters = 0;
+  DeviceFacts unknown = h200;
+  for (int& sms : unknown.cluster_sms) sms = 0;
+  DeviceFacts even = h200;  // a device whose clusters fill sm_count / k x k SMs: 7 blocks hold 18 clusters, 8 16
+  for (int k = 1; k <= kMaxFusedSplitBlocks; ++k) even.cluster_sms[k - 1] = even.sm_count / k * k;
+  for (const auto& c : cases) {
+    const std::string where = std::string(dtype_name(c.t)) + " N = " + std::to_string(c.n);
+    const RowShape r = fused_row(c.n, c.t);
+    EXPECT_EQ(r.split, c.split) << where;
+    EXPECT_EQ(r.slice_cols, c.slice) << where;
+    EXPECT_EQ(r.blocks, std::int64_t(h200.sm_count) / c.split * c.split) << where;  // the launch caps it
+    EXPECT_EQ(fused_row(c.n, c.t, h200, needed).split, c.needed) << where;  // key off
+    EXPECT_EQ(fused_row(c.n, c.t, unknown).split, c.needed) << where;      // sizes not known
+    if (c.needed == 7) EXPECT_EQ(fused_row(c.n, c.t, even).split, 7) << where;
+    // the strategy rules see the blocks the row needs: the same strategy with the key on and off
+    const Problem p = backward(2048, c.n, c.t, full);
+    EXPECT_EQ(normkit::plan(p, h200).strategy, normkit::plan(p, h200, Strategy::Auto, needed).strategy) << where;
+  }
+  // a device without non-portable clusters keeps wide rows within what it launches
+  DeviceFacts portable_only = h200;
+  portable_only.max_nonportable_cluster_blocks = 0;
+  EXPECT_EQ(fused_row(98304, DType::BF16, portable_only).split, 6);
+  // the key is read from a table file
+  const std::string path = ::testing::TempDir() + "normkit_fused_split_most_clusters.txt";
+  { std::ofstream(path) << "fused_split_most_clusters = 0\n"; }
+  EXPECT_EQ(load_planner_table(path).fused_split_most_clusters, 0);
+  std::remove(path.c_str());
+}
+
 TEST(Planner, RowShapesCoverTheRowWithinTheRegisterBudget) {
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
     for (std::int64_t n : {1LL, 2LL, 3LL, 7LL, 8LL, 64LL, 100LL, 512LL, 768LL, 1000LL, 1001LL, 1024LL, 1536LL, 2049LL,
@@ -949,10 +1036,10 @@ TEST(Planner, RowsTooLongForOneBlockAreSplitOverACluster) {
   };
   // threads 512: the wide split (kWideSplitBlockThreads, row_split_wide_max), one block per SM
   const struct { std::int64_t n; DType t; int split; int slice; int threads; } cases[] = {
-      {8192, DType::BF16, 1, 0, 0},          {8200, DType::BF16, 2, 4104, 256},     {16384, DType::F16, 2, 8192, 256},
-      {12296, DType::BF16, 2, 6152, 256},    {65536, DType::BF16, 8, 8192, 256},    {57352, DType::BF16, 8, 7176, 256},
+      {8192, DType::BF16, 1, 0, 0},          {8200, DType::BF16, 2, 4160, 256},     {16384, DType::F16, 2, 8192, 256},
+      {12296, DType::BF16, 2, 6208, 256},    {65536, DType::BF16, 8, 8192, 256},    {57352, DType::BF16, 8, 7232, 256},
       {4096, DType::F32, 1, 0, 0},           {20000, DType::F32, 5, 4000, 256},     {32768, DType::F32, 8, 4096, 256},
-      {65544, DType::BF16, 5, 13112, 512},   {131072, DType::BF16, 8, 16384, 512},  {262144, DType::BF16, 16, 16384, 512},
+      {65544, DType::BF16, 5, 13120, 512},   {131072, DType::BF16, 8, 16384, 512},  {262144, DType::BF16, 16, 16384, 512},
       {65536, DType::F32, 8, 8192, 512},     {131072, DType::F32, 16, 8192, 512},   {262152, DType::BF16, 1, 0, 0},
       {131080, DType::F32, 1, 0, 0}};
   for (const auto& c : cases) {
@@ -1042,7 +1129,7 @@ TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
   // split 0: streamed (rows of fewer than 8192 vectors that one block cannot cache); 1: cached by one block
   const struct { std::int64_t n; DType t; int split, slice, threads; } cases[] = {
       {8192, DType::BF16, 1, 0, 0},          {8200, DType::BF16, 0, 0, 0},          {16384, DType::F16, 0, 0, 0},
-      {57352, DType::BF16, 0, 0, 0},         {65536, DType::BF16, 8, 8192, 256},    {65544, DType::BF16, 5, 13112, 512},
+      {57352, DType::BF16, 0, 0, 0},         {65536, DType::BF16, 8, 8192, 256},    {65544, DType::BF16, 5, 13120, 512},
       {131072, DType::BF16, 8, 16384, 512},  {262144, DType::BF16, 16, 16384, 512}, {4096, DType::F32, 1, 0, 0},
       {20000, DType::F32, 0, 0, 0},          {32768, DType::F32, 8, 4096, 256},     {65536, DType::F32, 8, 8192, 512},
       {131072, DType::F32, 16, 8192, 512}};
@@ -1092,7 +1179,7 @@ TEST(Planner, ForwardRowsTooLongForOneBlockAreSplitOverAClusterToo) {
   EXPECT_EQ(forward_row(2048, 65536, DType::BF16, true, off).items, 0);
   EXPECT_EQ(forward_row(2048, 16384, DType::F16, true, shorter).split, 2);
   EXPECT_EQ(forward_row(2048, 16384, DType::F16, true, shorter).slice_cols, 8192);
-  EXPECT_EQ(forward_row(2048, 57352, DType::BF16, true, shorter).slice_cols, 7176);  // a short last slice
+  EXPECT_EQ(forward_row(2048, 57352, DType::BF16, true, shorter).slice_cols, 7232);  // a short last slice
   EXPECT_EQ(forward_row(2048, 20000, DType::F32, false, shorter).split, 5);
   EXPECT_EQ(forward_row(2048, 8200, DType::BF16, true, shorter).split, 2);
   EXPECT_EQ(forward_row(2048, 16384, DType::F16, false, shorter).split, 2);  // LayerNorm 16-bit too
@@ -1179,9 +1266,9 @@ TEST(Planner, ForwardWideSplitBlocksCacheEightVectorsAThreadOnTheLongestRows) {
   EXPECT_EQ(forward_row(300, 131072, DType::F32, false, defaults).split, 16);
   EXPECT_EQ(forward_row(300, 131072, DType::F32, false, defaults).items, kSplitItems);
   EXPECT_EQ(forward_row(300, 262144, DType::F32, false, defaults).items, 0);
-  // 65540 fp32 columns (16385 vectors) in 5 blocks of 8 vectors, a short last slice
+  // 65540 fp32 columns (16385 vectors) in 5 blocks of 8 vectors, slices of whole lines, a short last one
   EXPECT_EQ(forward_row(300, 65540, DType::F32, true, defaults).split, 5);
-  EXPECT_EQ(forward_row(300, 65540, DType::F32, true, defaults).slice_cols, 13108);
+  EXPECT_EQ(forward_row(300, 65540, DType::F32, true, defaults).slice_cols, 13120);
   // the keys: 8 vectors on shorter rows and fewer of them; off (no row of 2^62 vectors)
   PlannerTable everywhere = defaults, off = defaults;
   everywhere.forward_split_wide_items_min_vectors = 1;

@@ -343,6 +343,9 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
 // 8 blocks of 256 threads; wider: blocks of 512 threads, 65544 -> 5 with a short last slice, 131072
 // 16-bit -> 8, 262144 -> 16; from 128 rows 262144 -> 8 blocks of 8 vectors a thread, NOTES entry 60),
 // strided and with fp32 weights too, and streams the others.
+// Slices are whole 128-byte lines (45056 16-bit over 6 blocks: 944 vectors, the last 912), and the
+// fused walk takes the cluster size the device holds the most clusters of (H200: 53248 16-bit and
+// 28672 fp32 need 7 blocks and take 8, 196608 16-bit needs 12 wide blocks and takes 16; NOTES entry 70).
 // M from fewer rows than clusters (7) to many rows per cluster.
 INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                          testing::Values(ln_spec("ln_M300_N65536_bf16", 300, 65536, DT::BF16),
@@ -362,6 +365,10 @@ INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                                          rms_spec("rms_M40_N131072_f32", 40, 131072, DT::F32),
                                          split_no_weight(ln_spec("ln_M70_N131072_f16_noweight", 70, 131072, DT::F16)),
                                          ln_spec("ln_M50_N65544_bf16", 50, 65544, DT::BF16),
+                                         ln_spec("ln_M50_N45056_f16", 50, 45056, DT::F16),
+                                         rms_spec("rms_M33_N53248_bf16", 33, 53248, DT::BF16),
+                                         ln_spec("ln_M40_N28672_f32", 40, 28672, DT::F32),
+                                         ln_spec("ln_M20_N196608_bf16", 20, 196608, DT::BF16),
                                          split_strided(ln_spec("ln_M60_N65536_bf16_pad8_16_24", 60, 65536, DT::BF16)),
                                          with_weight_dtype(rms_spec("rms_M64_N65536_bf16_w32", 64, 65536, DT::BF16), DT::F32),
                                          with_weight_dtype(ln_spec("ln_M300_N131072_bf16_w32", 300, 131072, DT::BF16), DT::F32)),
