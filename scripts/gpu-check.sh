@@ -6,7 +6,7 @@
 #
 #   scripts/gpu-check.sh [stage ...]     stages: build ctest python bench (= seed llm) llm-unstaged sweep profile
 #                                        profile-wide profile-peers pyprobe pysmoke peers e2e host tables tune
-#                                        ab racecheck
+#                                        ab racecheck ceiling
 #                                        (default: build ctest python bench)
 #
 # Environment: OUT (log folder, default ./gpu-check-out), JOBS (build parallelism, default nproc),
@@ -231,6 +231,12 @@ if has_stage profile-peers; then
     grep -hE "^  [^ ].*\(|Duration|gpu__time_duration|smsp__inst_executed.sum|Grid Size|Block Size" \
       "$LOGS/profile-peers-$case-normkit.log" "$LOGS/profile-peers-$case.log" | cut -c1-120 | sed "s/^/  $case: /" >> "$LOGS/profile-peers-summary.txt"
   done
+fi
+if has_stage ceiling; then
+  # The streaming ceiling (bench/streaming_ceiling.cu): the best a kernel moving the full backward's bytes reaches.
+  run_stage ceiling-build nvcc -arch=sm_${CUDA_ARCH} -O3 -o "$WORK/streaming_ceiling" bench/streaming_ceiling.cu
+  run_stage ceiling bash -c "'$WORK/streaming_ceiling' > '$RESULTS/h200-streaming-ceiling.md'"
+  sed 's/^/  /' "$RESULTS/h200-streaming-ceiling.md" | tee -a "$SUMMARY"
 fi
 if has_stage tune; then
   # normkit-bench --tune on this GPU: the table it writes and its report (TUNE_DTYPE, default bf16).
