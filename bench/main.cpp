@@ -606,6 +606,13 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   const TimingMode mode = ctx.modes.back();  // graph when available
   const normkit::DeviceFacts facts = ctx.backend->planner_facts();
   std::vector<Record> records;
+  // One measurement of the tune under the table `setup` holds: timed, a failure noted, recorded as `label`.
+  auto timed = [&](Setup& setup, OpKind op, Strategy st, const std::string& label) {
+    const Timing t = measure(*ctx.backend, setup, op, st, mode, ctx.params);
+    note_failure(ctx, "tune", t);
+    records.push_back(timing_record(ctx, "tune", label, setup, op, st, mode, t));
+    return t;
+  };
 
   // 1) Gamma/beta crossovers (simple vs tiled vs two-pass) over M for a few N, LN and RMS.
   struct Point {
@@ -629,9 +636,7 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
         if (!setup) continue;
         Point p{op, m, n, {}};
         for (Strategy st : {Strategy::Simple, Strategy::Tiled, Strategy::TwoPass}) {
-          const Timing t = measure(*ctx.backend, *setup, op, st, mode, ctx.params);
-          note_failure(ctx, "tune", t);
-          records.push_back(timing_record(ctx, "tune", "crossover", *setup, op, st, mode, t));
+          const Timing t = timed(*setup, op, st, "crossover");
           if (t.ok) p.t[st] = t.mean_us;
         }
         if (!p.t.empty()) points.push_back(p);
@@ -731,13 +736,9 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
           std::fprintf(stderr, "\r[tune] two-pass split %s M=%lld N=%lld        ", op_kind_name(op), (long long)m, (long long)n);
           std::fflush(stderr);
           setup->set_table(&base);
-          const Timing with_default = measure(*ctx.backend, *setup, op, Strategy::TwoPass, mode, ctx.params);
-          note_failure(ctx, "tune", with_default);
-          records.push_back(timing_record(ctx, "tune", "default_split", *setup, op, Strategy::TwoPass, mode, with_default));
+          const Timing with_default = timed(*setup, op, Strategy::TwoPass, "default_split");
           setup->set_table(&best_table);
-          const Timing with_tuned = measure(*ctx.backend, *setup, op, Strategy::TwoPass, mode, ctx.params);
-          note_failure(ctx, "tune", with_tuned);
-          records.push_back(timing_record(ctx, "tune", "tuned_split", *setup, op, Strategy::TwoPass, mode, with_tuned));
+          const Timing with_tuned = timed(*setup, op, Strategy::TwoPass, "tuned_split");
           if (!with_default.ok || !with_tuned.ok) continue;
           split_log_sum += std::log(with_tuned.mean_us / with_default.mean_us);
           ++split_points;
@@ -776,9 +777,7 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
         if (!fused.ok) continue;  // fused cannot serve this row width
         double unfused = kNaN;
         for (Strategy st : {Strategy::Tiled, Strategy::TwoPass}) {
-          const Timing t = measure(*ctx.backend, *setup, op, st, mode, ctx.params);
-          note_failure(ctx, "tune", t);
-          records.push_back(timing_record(ctx, "tune", sc.name, *setup, op, st, mode, t));
+          const Timing t = timed(*setup, op, st, sc.name);
           if (t.ok && !(t.mean_us >= unfused)) unfused = t.mean_us;
         }
         if (!std::isfinite(unfused)) continue;
@@ -826,15 +825,11 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
           } catch (const normkit::Error&) {
             continue;  // fused cannot serve this row (e.g. unaligned): nothing to compare
           }
-          const Timing cluster = measure(*ctx.backend, *setup, op, Strategy::Fused, mode, ctx.params);
-          note_failure(ctx, "tune", cluster);
-          records.push_back(timing_record(ctx, "tune", "cluster", *setup, op, Strategy::Fused, mode, cluster));
+          const Timing cluster = timed(*setup, op, Strategy::Fused, "cluster");
           setup->set_table(&no_cluster);
           double other = kNaN;
           for (Strategy st : {Strategy::Tiled, Strategy::TwoPass, Strategy::Fused}) {
-            const Timing t = measure(*ctx.backend, *setup, op, st, mode, ctx.params);
-            note_failure(ctx, "tune", t);
-            records.push_back(timing_record(ctx, "tune", "no_cluster", *setup, op, st, mode, t));
+            const Timing t = timed(*setup, op, st, "no_cluster");
             if (t.ok && !(t.mean_us >= other)) other = t.mean_us;
           }
           if (cluster.ok && std::isfinite(other)) cluster_points.push_back({op, m, n, cluster.mean_us, other});
@@ -945,13 +940,9 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
         if (!setup) continue;
         if (!w.takes(setup->plan_with_table(w.op, Strategy::Auto, everywhere))) continue;
         setup->set_table(&everywhere);
-        const Timing walk = measure(*ctx.backend, *setup, w.op, Strategy::Auto, mode, ctx.params);
-        note_failure(ctx, "tune", walk);
-        records.push_back(timing_record(ctx, "tune", w.walk_name, *setup, w.op, Strategy::Auto, mode, walk));
+        const Timing walk = timed(*setup, w.op, Strategy::Auto, w.walk_name);
         setup->set_table(&never);
-        const Timing other = measure(*ctx.backend, *setup, w.op, Strategy::Auto, mode, ctx.params);
-        note_failure(ctx, "tune", other);
-        records.push_back(timing_record(ctx, "tune", std::string("not_") + w.walk_name, *setup, w.op, Strategy::Auto, mode, other));
+        const Timing other = timed(*setup, w.op, Strategy::Auto, std::string("not_") + w.walk_name);
         if (walk.ok && other.ok) w.points.push_back({m, n, m * n * element_bytes, walk.mean_us, other.mean_us});
       }
     }
