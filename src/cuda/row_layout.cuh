@@ -226,8 +226,9 @@ struct RowWalk {
   }
 };
 
-/// How receive() adds the ranks' slots (both fixed orders, the same bits in every block).
+/// How receive() adds the ranks' slots (all fixed orders, the same bits in every block).
 enum class RankSum {
+  Tree,         // every thread reads all ranks' slots (16-byte broadcast reads) and adds them pairwise
   LanePerRank,  // lane b reads rank b's slot, a warp sum adds them
   RankLoop,     // every thread adds the slots in rank order
 };
@@ -252,12 +253,13 @@ enum class RankSum {
 /// and is a cluster barrier (no rank stores into an uninitialised one); finish() is a cluster barrier
 /// before exit. Both, and every send and receive, must be reached by all threads of all blocks of the
 /// cluster, in the same order (a cluster walks the same rows).
-template <int K, RankSum kRankSum = RankSum::LanePerRank>
+template <int K, RankSum kRankSum = RankSum::Tree>
 struct ClusterSum {
   static constexpr int kBuffers = 4;
-  struct Storage {
+  static constexpr int kMaxRanks = kMaxFusedSplitBlocks > kMaxSplit ? kMaxFusedSplitBlocks : kMaxSplit;
+  struct alignas(16) Storage {
     unsigned long long arrived[kBuffers];  // mbarriers, one per slot buffer
-    float slots[kBuffers][kMaxFusedSplitBlocks > kMaxSplit ? kMaxFusedSplitBlocks : kMaxSplit][K];  // [buffer][sender rank][value]
+    float slots[kBuffers][kMaxRanks][K];   // [buffer][sender rank][value]; ranks past the cluster hold 0
   };
   Storage& storage;
   int split;
@@ -269,6 +271,8 @@ struct ClusterSum {
 
   __device__ __forceinline__ void start() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Slots of ranks past the cluster are never sent to: zero once, they add nothing to the Tree sums.
+    for (int i = int(threadIdx.x); i < kBuffers * kMaxRanks * K; i += int(blockDim.x)) (&storage.slots[0][0][0])[i] = 0.f;
     if (threadIdx.x == 0) {
       for (int b = 0; b < kBuffers; ++b)
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(&storage.arrived[b])) : "memory");
@@ -314,7 +318,11 @@ struct ClusterSum {
 #endif
   }
 
-  /// Waits for the oldest sum sent and not yet received and returns it in v. LanePerRank: lane b of
+  /// Waits for the oldest sum sent and not yet received and returns it in v. Tree (clusters of up
+  /// to kMaxSplit blocks; larger ones take LanePerRank): every thread reads the kMaxSplit ranks'
+  /// slots and adds them pairwise (sum_ranks); against LanePerRank on the fused split walks (H200,
+  /// docs/NOTES.md entry 72) RMSNorm 3-5 % faster, LayerNorm bf16 1-2 %, LayerNorm fp16 within 1 %
+  /// either way. LanePerRank: lane b of
   /// each warp reads rank b's values (lanes past the cluster add zeros) and a warp sum adds them, so
   /// every lane, warp and block gets the same bits (the same slots, the same butterfly); the loop
   /// over the ranks in every thread (RankLoop) runs once a row, ~7 instructions a rank and value.
@@ -324,7 +332,13 @@ struct ClusterSum {
   __device__ __forceinline__ void receive(float (&v)[K]) {
     static_assert(kMaxFusedSplitBlocks <= kWarpSize && kMaxSplit <= kWarpSize, "a lane per rank");
     receive_slots([&](const auto& slots) {
-      if constexpr (kRankSum == RankSum::LanePerRank) {
+      // Tree up to a portable cluster; larger ones add by lanes (a branch the whole grid takes alike):
+      // over 16 ranks the tree (8 reads a thread) measured 1.013-1.023x on LayerNorm 16-bit 512 x
+      // 262144, within the spread that shape showed between builds (docs/NOTES.md entry 72), so
+      // those clusters keep the lanes' form they had.
+      if (kRankSum == RankSum::Tree && split <= kMaxSplit) {
+        sum_ranks<kMaxSplit>(slots, v);
+      } else if (kRankSum != RankSum::RankLoop) {
         const int b = int(threadIdx.x) % kWarpSize;
         const bool in_cluster = b < split;
         const int rank = in_cluster ? b : 0;  // lanes past the cluster read a real slot and add 0
@@ -342,6 +356,43 @@ struct ClusterSum {
         }
       }
     });
+  }
+
+  /// RankSum::Tree: v[k] = the sum of slots[r][k] over the first kRanks ranks (those past the
+  /// cluster hold 0), read as 16-byte broadcasts and added pairwise (rank r + width into rank r,
+  /// width = kRanks / 2, ..., 1). Against LanePerRank's warp sum (five shuffle levels a value, one
+  /// after the other, while every warp of the block waits on the same row) the chain is one shared
+  /// read and log2(kRanks) additions.
+  template <int kRanks>
+  __device__ __forceinline__ static void sum_ranks(const float (&slots)[kMaxRanks][K], float (&v)[K]) {
+    static_assert(kRanks <= kMaxRanks && (kRanks & (kRanks - 1)) == 0, "a power-of-two prefix of the slots");
+    static_assert((kRanks * K) % 4 == 0, "the slots are read 16 bytes at a time");
+    float flat[kRanks * K];  // [rank][value]
+    const float4* quads = reinterpret_cast<const float4*>(&slots[0][0]);
+#pragma unroll
+    for (int q = 0; q < kRanks * K / 4; ++q) {
+      const float4 quad = quads[q];
+      flat[4 * q] = quad.x;
+      flat[4 * q + 1] = quad.y;
+      flat[4 * q + 2] = quad.z;
+      flat[4 * q + 3] = quad.w;
+    }
+    fold_ranks<kRanks / 2>(flat);
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = flat[k];
+  }
+
+  /// One level of sum_ranks' tree: rank r + kWidth into rank r for r < kWidth, then the next level
+  /// (a template per level: with a loop over the levels nvcc kept the array in local memory).
+  template <int kWidth, int kFlat>
+  __device__ __forceinline__ static void fold_ranks(float (&flat)[kFlat]) {
+    if constexpr (kWidth > 0) {
+#pragma unroll
+      for (int r = 0; r < kWidth; ++r)
+#pragma unroll
+        for (int k = 0; k < K; ++k) flat[r * K + k] += flat[(r + kWidth) * K + k];
+      fold_ranks<kWidth / 2>(flat);
+    }
   }
 
   /// Waits for the oldest values sent and not yet received and calls f(slots), slots[rank][k] the
