@@ -404,6 +404,30 @@ __device__ __forceinline__ void row_group_sum(float (&v)[K], int group_threads, 
   for (int k = 0; k < K; ++k) v[k] = warp_sum(mine ? group[K * lane + k] : 0.f);
 }
 
+/// row_group_sum over the whole block, finished in its first warp only: returns true there, with v
+/// the block's sums (the same bits as row_group_sum's butterfly over the warp sums); the other warps
+/// return false with their own warp's sums. For sums only the first warp uses (a split row's block
+/// sums, which its lanes send to the cluster, ClusterSum::send): the other warps skip the second
+/// butterfly and go on to wait for the cluster's. Every thread of the block must call it.
+template <int K>
+__device__ __forceinline__ bool block_sum_in_first_warp(float (&v)[K], GroupScratch& scratch) {
+  static_assert(K <= GroupScratch::kValues, "GroupScratch holds up to kValues sums per warp");
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = warp_sum(v[k]);
+  float* buffer = scratch.next();
+  const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) buffer[K * warp + k] = v[k];
+  }
+  __syncthreads();
+  if (warp != 0) return false;
+  const bool mine = lane < int(blockDim.x) / kWarpSize;
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = warp_sum(mine ? buffer[K * lane + k] : 0.f);
+  return true;
+}
+
 /// row_group_sum of one value.
 template <bool kGroupLocal = true>
 __device__ __forceinline__ float row_group_sum1(float a, int group_threads, GroupScratch& scratch) {

@@ -136,6 +136,22 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
       for (int i = 0; i < VEC; ++i) wk[i] = w.at(k, i);
     }
   };
+  // This lane's row sums of g and g * xhat -> the row's: over the row group, and a split row's over
+  // its cluster too (the same rows for every block of the cluster). The block's sums are the first
+  // warp's alone (block_sum_in_first_warp), which sends them; the other warps skip the second
+  // butterfly and wait for the cluster's. H200 A/B against every warp summing the block (docs/
+  // NOTES.md entry 72): LayerNorm fp16 7-8 % faster, bf16 2-3 %, fp32 4-5 %, RMSNorm 16-bit 3-5 %;
+  // but RMSNorm fp32 2-5 % slower, so that instance keeps the block-wide sum.
+  constexpr bool kFirstWarpSends = kSplit && !(kRms && sizeof(T) == 4);
+  const auto row_sums = [&](float (&sums)[2]) {
+    if constexpr (kFirstWarpSends) {
+      if (block_sum_in_first_warp(sums, scratch)) cluster.send(sums);
+      cluster.receive(sums);
+    } else {
+      row_group_sum(sums, g.threads, scratch);
+      if constexpr (kSplit) cluster.sum(sums);
+    }
+  };
   // Accumulates the row into dgamma / dbeta and returns this lane's row sums of g and g * xhat.
   const auto accumulate = [&](const auto& xv, const auto& dyv, float mean, float rstd, float (&sums)[2]) {
     sums[0] = sums[1] = 0.f;
@@ -179,6 +195,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
           float sums[2];
           accumulate(xv, dyv, mean, rstd, sums);
           if (want_dx) {
+            // (the whole block's sum here: block_sum_in_first_warp spilled the 16-bit RMSNorm instance)
             row_group_sum(sums, g.threads, scratch);
             cluster.send(sums);  // the same rows for every block of the cluster
           }
@@ -198,8 +215,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
             float sums[2];
             accumulate(xv, dyv, mean, rstd, sums);
             if (want_dx) {
-              row_group_sum(sums, g.threads, scratch);
-              if constexpr (kSplit) cluster.sum(sums);  // the same rows for every block of the cluster
+              row_sums(sums);
               store_dx(r, active, xv, dyv, mean, rstd, sums);
             }
           } else {
@@ -218,8 +234,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
             if (want_dx) {
               float sums[2];
               row.sums(sums[0], sums[1]);
-              row_group_sum(sums, g.threads, scratch);
-              if constexpr (kSplit) cluster.sum(sums);  // the same rows for every block of the cluster
+              row_sums(sums);
               row.template store_dx<kRms>(p.dx.row(active ? r : 0) + walk.col0, rstd, sums[0], sums[1], g, p.inv_cols,
                                           walk.cols, active);
             }

@@ -226,6 +226,22 @@ struct RowWalk {
   }
 };
 
+/// A pairwise tree over an array of 2 * kWidth entries of kStride values each: entry r + kWidth is
+/// added into entry r for r < kWidth, then the same with kWidth / 2, ..., 1; flat[0 .. kStride) ends
+/// as the sums, in a fixed order (the same bits in every thread). A template per level: with a loop
+/// over the levels nvcc kept the array in local memory.
+template <int kWidth, int kStride, int kFlat>
+__device__ __forceinline__ void fold_pairwise(float (&flat)[kFlat]) {
+  static_assert(kWidth == 0 || 2 * kWidth * kStride <= kFlat, "the tree's entries fit the array");
+  if constexpr (kWidth > 0) {
+#pragma unroll
+    for (int r = 0; r < kWidth; ++r)
+#pragma unroll
+      for (int k = 0; k < kStride; ++k) flat[r * kStride + k] += flat[(r + kWidth) * kStride + k];
+    fold_pairwise<kWidth / 2, kStride>(flat);
+  }
+}
+
 /// How receive() adds the ranks' slots (all fixed orders, the same bits in every block).
 enum class RankSum {
   Tree,         // every thread reads all ranks' slots (16-byte broadcast reads) and adds them pairwise
@@ -358,16 +374,11 @@ struct ClusterSum {
     });
   }
 
-  /// RankSum::Tree: v[k] = the sum of slots[r][k] over the first kRanks ranks (those past the
-  /// cluster hold 0), read as 16-byte broadcasts and added pairwise (rank r + width into rank r,
-  /// width = kRanks / 2, ..., 1). Against LanePerRank's warp sum (five shuffle levels a value, one
-  /// after the other, while every warp of the block waits on the same row) the chain is one shared
-  /// read and log2(kRanks) additions.
+  /// The first kRanks ranks' slots, flat[r * K + k] = slots[r][k], read as 16-byte broadcasts (every
+  /// thread reads the same bytes). Ranks past the cluster hold 0 (start()).
   template <int kRanks>
-  __device__ __forceinline__ static void sum_ranks(const float (&slots)[kMaxRanks][K], float (&v)[K]) {
-    static_assert(kRanks <= kMaxRanks && (kRanks & (kRanks - 1)) == 0, "a power-of-two prefix of the slots");
-    static_assert((kRanks * K) % 4 == 0, "the slots are read 16 bytes at a time");
-    float flat[kRanks * K];  // [rank][value]
+  __device__ __forceinline__ static void read_ranks(const float (&slots)[kMaxRanks][K], float (&flat)[kRanks * K]) {
+    static_assert(kRanks <= kMaxRanks && (kRanks * K) % 4 == 0, "whole 16-byte reads of the first ranks");
     const float4* quads = reinterpret_cast<const float4*>(&slots[0][0]);
 #pragma unroll
     for (int q = 0; q < kRanks * K / 4; ++q) {
@@ -377,22 +388,20 @@ struct ClusterSum {
       flat[4 * q + 2] = quad.z;
       flat[4 * q + 3] = quad.w;
     }
-    fold_ranks<kRanks / 2>(flat);
-#pragma unroll
-    for (int k = 0; k < K; ++k) v[k] = flat[k];
   }
 
-  /// One level of sum_ranks' tree: rank r + kWidth into rank r for r < kWidth, then the next level
-  /// (a template per level: with a loop over the levels nvcc kept the array in local memory).
-  template <int kWidth, int kFlat>
-  __device__ __forceinline__ static void fold_ranks(float (&flat)[kFlat]) {
-    if constexpr (kWidth > 0) {
+  /// RankSum::Tree: v[k] = the sum of slots[r][k] over the first kRanks ranks, added pairwise
+  /// (fold_pairwise). Against LanePerRank's warp sum (five shuffle levels a value, one after the
+  /// other, while every warp of the block waits on the same row) the chain is one shared read and
+  /// log2(kRanks) additions.
+  template <int kRanks>
+  __device__ __forceinline__ static void sum_ranks(const float (&slots)[kMaxRanks][K], float (&v)[K]) {
+    static_assert((kRanks & (kRanks - 1)) == 0, "a power-of-two prefix of the slots");
+    float flat[kRanks * K];  // [rank][value]
+    read_ranks<kRanks>(slots, flat);
+    fold_pairwise<kRanks / 2, K>(flat);
 #pragma unroll
-      for (int r = 0; r < kWidth; ++r)
-#pragma unroll
-        for (int k = 0; k < K; ++k) flat[r * K + k] += flat[(r + kWidth) * K + k];
-      fold_ranks<kWidth / 2>(flat);
-    }
+    for (int k = 0; k < K; ++k) v[k] = flat[k];
   }
 
   /// Waits for the oldest values sent and not yet received and calls f(slots), slots[rank][k] the
