@@ -430,7 +430,8 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
   const int valid_vectors = lane_vectors<ITEMS, VEC>(g, walk.cols);
 
   // This block's statistics of its slice of a row (shift: the slice's first element), summed over
-  // the block and sent to the cluster. The deviations are formed once and both sums read them: the
+  // the block in its first warp alone, which sends them to the cluster (block_sum_in_first_warp: the
+  // other warps skip the second butterfly; docs/NOTES.md entry 72). The deviations are formed once and both sums read them: the
   // two sums over the valid slots (lane_sum's bound) had ptxas convert and shift every element
   // twice, once per sum (ncu at 20196c0, LayerNorm bf16 2048 x 65536: 349 of a warp's ~950
   // instructions a row in this head).
@@ -443,7 +444,7 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
     float values[kValues];
     if constexpr (kRms) {
       values[0] = lane_sum(d, [](float v) { return v * v; });
-      row_group_sum<1, kForwardGroupLocal>(values, g.threads, scratch);
+      if (!block_sum_in_first_warp(values, scratch)) return;
     } else {
       if (valid_vectors < ITEMS) {
 #pragma unroll
@@ -454,7 +455,7 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
           }
       }
       float sums[2] = {lane_sum(d, [](float v) { return v; }), lane_sum(d, [](float v) { return v * v; })};
-      row_group_sum<2, kForwardGroupLocal>(sums, g.threads, scratch);
+      if (!block_sum_in_first_warp(sums, scratch)) return;
       const float shifted_mean = sums[0] * inv_slice;
       values[0] = walk.cols > 0 ? shift + shifted_mean : 0.f;                                  // slice mean
       values[1] = walk.cols > 0 ? fmaxf(sums[1] - sums[0] * shifted_mean, 0.f) : 0.f;  // slice M2
