@@ -431,10 +431,10 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
 
   // This block's statistics of its slice of a row (shift: the slice's first element), summed over
   // the block in its first warp alone, which sends them to the cluster (block_sum_in_first_warp: the
-  // other warps skip the second butterfly; docs/NOTES.md entry 72). The deviations are formed once and both sums read them: the
-  // two sums over the valid slots (lane_sum's bound) had ptxas convert and shift every element
-  // twice, once per sum (ncu at 20196c0, LayerNorm bf16 2048 x 65536: 349 of a warp's ~950
-  // instructions a row in this head).
+  // other warps skip the second butterfly, LayerNorm 3-5 % faster, docs/NOTES.md entry 72). The
+  // deviations are formed once and both sums read them: the two sums over the valid slots
+  // (lane_sum's bound) had ptxas convert and shift every element twice, once per sum (ncu at
+  // 20196c0, LayerNorm bf16 2048 x 65536: 349 of a warp's ~950 instructions a row in this head).
   const auto head = [&](const RowFragment<T, ITEMS, VEC>& xv, float shift) {
     float d[ITEMS][VEC];
 #pragma unroll

@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   // its cluster too (the same rows for every block of the cluster). The block's sums are the first
   // warp's alone (block_sum_in_first_warp), which sends them; the other warps skip the second
   // butterfly and wait for the cluster's. H200 A/B against every warp summing the block (docs/
-  // NOTES.md entry 72): LayerNorm fp16 7-8 % faster, bf16 2-3 %, fp32 4-5 %, RMSNorm 16-bit 3-5 %;
+  // NOTES.md entry 72): LayerNorm fp16 7-8 % faster, bf16 2 %, fp32 2.5-4.6 %, RMSNorm 16-bit 4-5 %;
   // but RMSNorm fp32 2-5 % slower, so that instance keeps the block-wide sum.
   constexpr bool kFirstWarpSends = kSplit && !(kRms && sizeof(T) == 4);
   const auto row_sums = [&](float (&sums)[2]) {
