@@ -350,6 +350,30 @@ __device__ __forceinline__ void group_barrier(int group_threads) {
 /// row_group_sum (wider ones add them with a second butterfly).
 constexpr int kGroupSumDirectWarps = 4;
 
+/// The middle step of a sum over more than a warp: v, already summed over each warp (every lane of
+/// the warp holds its warp's sums), stored by lane 0 of each warp (this thread's `warp` and `lane`)
+/// in the next scratch buffer, [warp][k]. Returns the buffer; its values may be read after a
+/// barrier of the threads that stored them.
+template <int K>
+__device__ __forceinline__ const float* publish_warp_sums(const float (&v)[K], GroupScratch& scratch, int warp, int lane) {
+  static_assert(K <= GroupScratch::kValues, "GroupScratch holds up to kValues sums per warp");
+  float* buffer = scratch.next();
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) buffer[K * warp + k] = v[k];
+  }
+  return buffer;
+}
+
+/// v = the sums of `warps` published warp sums (publish_warp_sums, from `first`, after their
+/// barrier): lane l < warps reads warp l's, the other lanes take 0, and a warp butterfly adds them.
+template <int K>
+__device__ __forceinline__ void add_warp_sums(float (&v)[K], const float* first, int warps, int lane) {
+  const bool mine = lane < warps;
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = warp_sum(mine ? first[K * lane + k] : 0.f);
+}
+
 /// Sums each of v[0..K) over a row group of `group_threads` threads (a power of two); every lane of
 /// the group gets the same bits. Groups up to a warp reduce with an xor butterfly; larger groups
 /// first reduce each warp and publish the warp sums in `scratch`, then:
@@ -366,7 +390,6 @@ constexpr int kGroupSumDirectWarps = 4;
 /// block's (!kGroupLocal, or more than kGroupBarriers groups).
 template <int K, bool kGroupLocal = true>
 __device__ __forceinline__ void row_group_sum(float (&v)[K], int group_threads, GroupScratch& scratch) {
-  static_assert(K <= GroupScratch::kValues, "GroupScratch holds up to kValues sums per warp");
   if (group_threads < kWarpSize) {
 #pragma unroll
     for (int k = 0; k < K; ++k) v[k] = group_sum_in_warp(v[k], group_threads);
@@ -375,14 +398,10 @@ __device__ __forceinline__ void row_group_sum(float (&v)[K], int group_threads, 
 #pragma unroll
   for (int k = 0; k < K; ++k) v[k] = warp_sum(v[k]);
   if (group_threads == kWarpSize) return;
-  float* buffer = scratch.next();
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
+  const float* buffer = publish_warp_sums(v, scratch, warp, lane);
   const int warps_per_group = group_threads / kWarpSize;
   const int first_warp = warp & ~(warps_per_group - 1);  // a power of two: no integer division
-  if (lane == 0) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) buffer[K * warp + k] = v[k];
-  }
   const float* group = buffer + K * first_warp;
   if constexpr (kGroupLocal) {
     group_barrier(group_threads);
@@ -399,9 +418,7 @@ __device__ __forceinline__ void row_group_sum(float (&v)[K], int group_threads, 
   } else {
     __syncthreads();
   }
-  const bool mine = lane < warps_per_group;
-#pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = warp_sum(mine ? group[K * lane + k] : 0.f);
+  add_warp_sums(v, group, warps_per_group, lane);
 }
 
 /// row_group_sum over the whole block, finished in its first warp only: returns true there, with v
@@ -411,20 +428,13 @@ __device__ __forceinline__ void row_group_sum(float (&v)[K], int group_threads, 
 /// butterfly and go on to wait for the cluster's. Every thread of the block must call it.
 template <int K>
 __device__ __forceinline__ bool block_sum_in_first_warp(float (&v)[K], GroupScratch& scratch) {
-  static_assert(K <= GroupScratch::kValues, "GroupScratch holds up to kValues sums per warp");
 #pragma unroll
   for (int k = 0; k < K; ++k) v[k] = warp_sum(v[k]);
-  float* buffer = scratch.next();
   const int warp = int(threadIdx.x) / kWarpSize, lane = int(threadIdx.x) % kWarpSize;
-  if (lane == 0) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) buffer[K * warp + k] = v[k];
-  }
+  const float* buffer = publish_warp_sums(v, scratch, warp, lane);
   __syncthreads();
   if (warp != 0) return false;
-  const bool mine = lane < int(blockDim.x) / kWarpSize;
-#pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = warp_sum(mine ? buffer[K * lane + k] : 0.f);
+  add_warp_sums(v, buffer, int(blockDim.x) / kWarpSize, lane);
   return true;
 }
 
