@@ -288,7 +288,10 @@ struct ClusterSum {
   __device__ __forceinline__ void start() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // Slots of ranks past the cluster are never sent to: zero once, they add nothing to the Tree sums.
-    for (int i = int(threadIdx.x); i < kBuffers * kMaxRanks * K; i += int(blockDim.x)) (&storage.slots[0][0][0])[i] = 0.f;
+    // (Tree only: the loop alone made ptxas spill the dX kernel's RankLoop split instances, 8-52 bytes.)
+    if constexpr (kRankSum == RankSum::Tree) {
+      for (int i = int(threadIdx.x); i < kBuffers * kMaxRanks * K; i += int(blockDim.x)) (&storage.slots[0][0][0])[i] = 0.f;
+    }
     if (threadIdx.x == 0) {
       for (int b = 0; b < kBuffers; ++b)
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(&storage.arrived[b])) : "memory");
