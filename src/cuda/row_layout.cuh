@@ -275,7 +275,7 @@ struct ClusterSum {
   static constexpr int kMaxRanks = kMaxFusedSplitBlocks > kMaxSplit ? kMaxFusedSplitBlocks : kMaxSplit;
   struct alignas(16) Storage {
     unsigned long long arrived[kBuffers];  // mbarriers, one per slot buffer
-    float slots[kBuffers][kMaxRanks][K];   // [buffer][sender rank][value]; ranks past the cluster hold 0
+    float slots[kBuffers][kMaxRanks][K];   // [buffer][sender rank][value]; Tree: ranks past the cluster hold 0
   };
   Storage& storage;
   int split;
