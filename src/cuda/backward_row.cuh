@@ -266,7 +266,7 @@ __device__ __forceinline__ void dx_cached_rows(const BackwardParams<T, W>& p, co
   const W* weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
   WeightFragment<W, ITEMS, VEC> w;
   if constexpr (kKeepWeights) w.load(weight, g, walk.cols, 1.f);
-  // RankLoop: the lane-per-rank sum spilled the 16-bit split instances (ClusterSum::receive)
+  // RankLoop: the lane-per-rank sum spilled the 16-bit split instances, the tree too (ClusterSum::receive)
   using RowClusterSum = ClusterSum<2, RankSum::RankLoop>;
   __shared__ typename RowClusterSum::Storage cluster_storage;
   RowClusterSum cluster(cluster_storage, p.split);

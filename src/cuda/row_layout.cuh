@@ -244,9 +244,9 @@ __device__ __forceinline__ void fold_pairwise(float (&flat)[kFlat]) {
 
 /// How receive() adds the ranks' slots (all fixed orders, the same bits in every block).
 enum class RankSum {
-  Tree,         // every thread reads all ranks' slots (16-byte broadcast reads) and adds them pairwise
-  LanePerRank,  // lane b reads rank b's slot, a warp sum adds them
-  RankLoop,     // every thread adds the slots in rank order
+  Tree,      // up to kMaxSplit ranks every thread reads all ranks' slots (16-byte broadcast reads) and
+             // adds them pairwise; larger clusters: lane b reads rank b's slot, a warp sum adds them
+  RankLoop,  // every thread adds the slots in rank order
 };
 
 /// Sums over the blocks of this block's cluster (a split row, RowWalk) of values each block has
@@ -337,17 +337,17 @@ struct ClusterSum {
 #endif
   }
 
-  /// Waits for the oldest sum sent and not yet received and returns it in v. Tree (clusters of up
-  /// to kMaxSplit blocks; larger ones take LanePerRank): every thread reads the kMaxSplit ranks'
-  /// slots and adds them pairwise (sum_ranks); against LanePerRank on the fused split walks (H200,
-  /// docs/NOTES.md entry 72) RMSNorm 3-5 % faster, LayerNorm bf16 1-2 %, LayerNorm fp16 within 1 %
-  /// either way. LanePerRank: lane b of
-  /// each warp reads rank b's values (lanes past the cluster add zeros) and a warp sum adds them, so
-  /// every lane, warp and block gets the same bits (the same slots, the same butterfly); the loop
-  /// over the ranks in every thread (RankLoop) runs once a row, ~7 instructions a rank and value.
-  /// LanePerRank made the fused split walks of 4-8 ranks 1-8 % faster (docs/NOTES.md entry 57; at 2
-  /// ranks within 1 % either way), but it holds a few more registers: the 16-bit split dX instances
-  /// at 128 registers spilled 4-8 bytes and were 3-15 % slower with it, so the dX kernel keeps RankLoop.
+  /// Waits for the oldest sum sent and not yet received and returns it in v. Tree, clusters of up to
+  /// kMaxSplit blocks: every thread reads the kMaxSplit ranks' slots and adds them pairwise
+  /// (sum_ranks); against the lanes' form below on the fused split walks (H200, docs/NOTES.md entry
+  /// 72) RMSNorm 3-5 % faster, LayerNorm bf16 1-2 %, LayerNorm fp16 within 1 % either way. Tree,
+  /// larger clusters: lane b of each warp reads rank b's values (lanes past the cluster add zeros)
+  /// and a warp sum adds them, so every lane, warp and block gets the same bits (the same slots, the
+  /// same butterfly). The loop over the ranks in every thread (RankLoop) runs once a row, ~7
+  /// instructions a rank and value; the lanes' form made the fused split walks of 4-8 ranks 1-8 %
+  /// faster than it (docs/NOTES.md entry 57; at 2 ranks within 1 % either way), but it holds a few
+  /// more registers: the 16-bit split dX instances at 128 registers spilled 4-8 bytes and were 3-15 %
+  /// slower with it, so the dX kernel keeps RankLoop.
   __device__ __forceinline__ void receive(float (&v)[K]) {
     static_assert(kMaxFusedSplitBlocks <= kWarpSize && kMaxSplit <= kWarpSize, "a lane per rank");
     receive_slots([&](const auto& slots) {
@@ -355,16 +355,18 @@ struct ClusterSum {
       // over 16 ranks the tree (8 reads a thread) measured 1.013-1.023x on LayerNorm 16-bit 512 x
       // 262144, within the spread that shape showed between builds (docs/NOTES.md entry 72), so
       // those clusters keep the lanes' form they had.
-      if (kRankSum == RankSum::Tree && split <= kMaxSplit) {
-        sum_ranks<kMaxSplit>(slots, v);
-      } else if (kRankSum != RankSum::RankLoop) {
-        const int b = int(threadIdx.x) % kWarpSize;
-        const bool in_cluster = b < split;
-        const int rank = in_cluster ? b : 0;  // lanes past the cluster read a real slot and add 0
+      if constexpr (kRankSum == RankSum::Tree) {
+        if (split <= kMaxSplit) {
+          sum_ranks<kMaxSplit>(slots, v);
+        } else {
+          const int b = int(threadIdx.x) % kWarpSize;
+          const bool in_cluster = b < split;
+          const int rank = in_cluster ? b : 0;  // lanes past the cluster read a real slot and add 0
 #pragma unroll
-        for (int k = 0; k < K; ++k) {
-          const float mine = slots[rank][k];
-          v[k] = warp_sum(in_cluster ? mine : 0.f);
+          for (int k = 0; k < K; ++k) {
+            const float mine = slots[rank][k];
+            v[k] = warp_sum(in_cluster ? mine : 0.f);
+          }
         }
       } else {
 #pragma unroll
@@ -394,7 +396,7 @@ struct ClusterSum {
   }
 
   /// RankSum::Tree: v[k] = the sum of slots[r][k] over the first kRanks ranks, added pairwise
-  /// (fold_pairwise). Against LanePerRank's warp sum (five shuffle levels a value, one after the
+  /// (fold_pairwise). Against the lanes' warp sum (five shuffle levels a value, one after the
   /// other, while every warp of the block waits on the same row) the chain is one shared read and
   /// log2(kRanks) additions.
   template <int kRanks>
