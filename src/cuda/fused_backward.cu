@@ -143,6 +143,10 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   // NOTES.md entry 72): LayerNorm fp16 7-8 % faster, bf16 2 %, fp32 2.5-4.6 %, RMSNorm 16-bit 4-5 %;
   // but RMSNorm fp32 2-5 % slower, so that instance keeps the block-wide sum.
   constexpr bool kFirstWarpSends = kSplit && !(kRms && sizeof(T) == 4);
+  // The deferred (wide) walk's head sends the same way for 16-bit LayerNorm rows only: 7-8.5 % faster
+  // at 1024 / 4096 x 262144 (entry 73); LayerNorm fp32 measured 0.5-2.5 % slower, and the 16-bit
+  // RMSNorm instance spills 28 bytes with it and ran 18-24 % slower.
+  constexpr bool kDeferredFirstWarpSends = kDeferred && !kRms && sizeof(T) == 2;
   const auto row_sums = [&](float (&sums)[2]) {
     if constexpr (kFirstWarpSends) {
       if (block_sum_in_first_warp(sums, scratch)) cluster.send(sums);
@@ -194,10 +198,13 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
         [&](std::int64_t, bool, const auto& xv, const auto& dyv, float mean, float rstd) {
           float sums[2];
           accumulate(xv, dyv, mean, rstd, sums);
-          if (want_dx) {
-            // (the whole block's sum here: block_sum_in_first_warp spilled the 16-bit RMSNorm instance)
-            row_group_sum(sums, g.threads, scratch);
-            cluster.send(sums);  // the same rows for every block of the cluster
+          if (want_dx) {  // the same rows for every block of the cluster
+            if constexpr (kDeferredFirstWarpSends) {
+              if (block_sum_in_first_warp(sums, scratch)) cluster.send(sums);
+            } else {
+              row_group_sum(sums, g.threads, scratch);
+              cluster.send(sums);
+            }
           }
         },
         [&](std::int64_t r, bool active, const auto& xv, const auto& dyv, float mean, float rstd) {
