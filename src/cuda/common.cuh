@@ -540,6 +540,19 @@ __device__ __forceinline__ void cp_async_16(unsigned smem, const void* global) {
                : "memory");
 #endif
 }
+/// cp_async_16 when `copy`, else 16 zero bytes into `smem` (the source is not read: cp.async with a
+/// source size of 0 fills the whole destination with zeros).
+__device__ __forceinline__ void cp_async_16_or_zeros(unsigned smem, const void* global, bool copy) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(global), "r"(copy ? 16 : 0) : "memory");
+#else
+  if (copy) {
+    cp_async_16(smem, global);
+  } else {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(smem), "r"(0) : "memory");
+  }
+#endif
+}
 /// Copies 4 bytes (both addresses 4-byte aligned); `smem` is a shared_address().
 __device__ __forceinline__ void cp_async_4(unsigned smem, const void* global) {
 #if __CUDA_ARCH__ >= 800

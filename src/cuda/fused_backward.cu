@@ -17,6 +17,8 @@
 // No float atomics anywhere, and every sum runs in a fixed order: the same inputs give the same bits.
 #include <cooperative_groups.h>
 
+#include <type_traits>
+
 #include "cuda/column_reduce.cuh"
 
 namespace normkit::cuda {
@@ -98,12 +100,17 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   if constexpr (kWeightsInSmem) {
     weight_slots = opaque(shared_address(row_kernel_smem) +
                           unsigned(p.stages * 2 * ITEMS * int(blockDim.x) + int(threadIdx.x)) * 16u);
-    if (weight != nullptr) {
+    // Every slot is written (ones without weights or past the slice), so the row's first pass
+    // (accumulate) reads them without predicates: a padding slot's ones meet dy = 0 and add nothing.
+    // The dx pass keeps the predicated read: without it too the LayerNorm bf16 instance spilled 72
+    // bytes and ran 38 % slower (docs/NOTES.md entry 73).
 #pragma unroll
-      for (int k = 0; k < ITEMS; ++k) {
-        const int col = g.column<VEC>(k);
-        if (col < walk.cols) store_shared_16(weight_slots + unsigned(k) * blockDim.x * 16u, Pack<W, VEC>::load(weight + col));
-      }
+    for (int k = 0; k < ITEMS; ++k) {
+      const int col = g.column<VEC>(k);
+      Pack<W, VEC> pack;
+      if (weight != nullptr && col < walk.cols) pack = Pack<W, VEC>::load(weight + col);
+      else pack.fill(1.f);
+      store_shared_16(weight_slots + unsigned(k) * blockDim.x * 16u, pack);
     }
   }
   float acc_dgamma[ITEMS][VEC], acc_dbeta[ITEMS][VEC];
@@ -115,8 +122,14 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   // The recomputing rows: the same terms as RowGrad (xhat = (x - mean) * rstd, g = dy * w rounded
   // once), each computed where it is used, from slots (staged: shared memory) and weights (wide: L1)
   // read again for dx; inactive groups hold zeros and add nothing (dy = 0).
-  const auto weights = [&](int k, float (&wk)[VEC]) {
-    if constexpr (kWide) {
+  // unpredicated (std::true_type): the shared-memory slots' read without a branch (see above)
+  const auto weights = [&](int k, float (&wk)[VEC], auto unpredicated) {
+    if constexpr (kWeightsInSmem && decltype(unpredicated)::value) {
+      Pack<W, VEC> pack;
+      load_shared_16(weight_slots + unsigned(k) * blockDim.x * 16u, pack);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) wk[i] = pack.get(i);
+    } else if constexpr (kWide) {
       const int col = g.column<VEC>(k);
       if (weight != nullptr && col < walk.cols) {
         if constexpr (kWeightsInSmem) {
@@ -163,7 +176,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
     for (int k = 0; k < ITEMS; ++k) {
       const Pack<T, VEC> xk = xv.pack(k), dyk = dyv.pack(k);
       float wk[VEC];
-      weights(k, wk);
+      weights(k, wk, std::true_type{});
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         const float dy = dyk.get(i);
@@ -185,7 +198,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
     for (int k = 0; k < ITEMS; ++k) {
       const Pack<T, VEC> xk = xv.pack(k), dyk = dyv.pack(k);
       float wk[VEC];
-      weights(k, wk);
+      weights(k, wk, std::false_type{});
       store_slot<T, VEC>(dx_row, g, k, walk.cols, active, [&](int i) {
         return dx(__fmul_rn(dyk.get(i), wk[i]), (xk.get(i) - mean) * rstd);
       });

@@ -152,6 +152,17 @@ struct RowStages {
       if (col < n) cp_async_16(slot_address(stage, tensor, k), row + col);
     }
   }
+  /// copy_row for stages read without predicates (read_filled_row, StagedRowView): slots past N, and
+  /// every slot of a row that is not `active`, are filled with zeros instead of being skipped.
+  __device__ __forceinline__ void copy_or_zero_row(int stage, int tensor, const T* row, const RowGroup& g, int n,
+                                                   bool active) const {
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int col = g.column<VEC>(k);
+      const bool in_row = active && col < n;
+      cp_async_16_or_zeros(slot_address(stage, tensor, k), in_row ? row + col : row, in_row);
+    }
+  }
   __device__ __forceinline__ void copy_stat(int stage, int which, const float* value) const {
     cp_async_4(stat_address(stage, which), value);
   }
@@ -167,6 +178,11 @@ struct RowStages {
       }
     }
   }
+  /// read_row of a stage written by copy_or_zero_row: its zeros are already in place.
+  __device__ __forceinline__ void read_filled_row(int stage, int tensor, RowFragment<T, ITEMS, VEC>& f) const {
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) load_shared_16(slot_address(stage, tensor, k), f.p[k]);
+  }
   /// The statistic in the slot of the thread `lanes_back` lanes before this one (its stat leader's).
   __device__ __forceinline__ float stat(int stage, int which, int lanes_back) const {
     return load_shared_4(stat_address(stage, which) - unsigned(lanes_back) * 4u);
@@ -176,7 +192,8 @@ struct RowStages {
 /// One staged row of one tensor, read slot by slot where it is used (pack(k): one 16-byte shared load,
 /// zeros past N or when !active) instead of into a RowFragment: for kernels whose registers cannot
 /// hold the fragment across the row sum (the fused kernel's wide rows) and that read a slot twice.
-template <typename T, int ITEMS, int VEC>
+/// kFilled: the stage was written by copy_or_zero_row (its zeros are in place), read without predicates.
+template <typename T, int ITEMS, int VEC, bool kFilled>
 struct StagedRowView {
   const RowStages<T, ITEMS, VEC, 2>& stages;
   const RowGroup& g;
@@ -186,7 +203,7 @@ struct StagedRowView {
   bool active;
   __device__ __forceinline__ Pack<T, VEC> pack(int k) const {
     Pack<T, VEC> v;
-    if (active && g.column<VEC>(k) < n) load_shared_16(stages.slot_address(stage, tensor, k), v);
+    if (kFilled || (active && g.column<VEC>(k) < n)) load_shared_16(stages.slot_address(stage, tensor, k), v);
     else v.zero();
     return v;
   }
