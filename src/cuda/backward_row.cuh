@@ -141,10 +141,11 @@ struct StagedBackwardRows {
 
   /// Whether the stages hold zeros past N and past M (copy_or_zero_row), so that visit() reads them
   /// without predicates (no zeroed registers and no branch a slot). H200 A/B (docs/NOTES.md entry
-  /// 73), 16-bit rows: the fused kernel's slot views (wide rows), with its weights read the same way,
-  /// 3-7 % faster at 1024 / 4096 x 262144; RMSNorm's fragments 3-6 % at 2048 x 65536. LayerNorm's
-  /// fragments keep the predicated reads (its 16-bit split instances spilled 8 bytes and ran 24-27 %
-  /// slower), and fp32 rows too (their views 0.6-1.7 % slower, the fragments unchanged).
+  /// 73), 16-bit rows: the fused kernel's slot views (wide rows), with its shared weights read the same
+  /// way in the row's first pass, 3-7 % faster at 1024 / 4096 x 262144; RMSNorm's fragments 3-6 % at
+  /// 2048 x 65536. LayerNorm's fragments keep the predicated reads (its 16-bit split instances spilled
+  /// 8 bytes and ran 24-27 % slower), and fp32 rows too (their views 0.6-1.7 % slower, the fragments
+  /// unchanged).
   static constexpr bool kFilled = sizeof(T) == 2 && (kViews || kRms);
 
   /// Starts the copies of the next iteration into stage s.

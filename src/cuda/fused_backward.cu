@@ -122,21 +122,23 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   // The recomputing rows: the same terms as RowGrad (xhat = (x - mean) * rstd, g = dy * w rounded
   // once), each computed where it is used, from slots (staged: shared memory) and weights (wide: L1)
   // read again for dx; inactive groups hold zeros and add nothing (dy = 0).
-  // unpredicated (std::true_type): the shared-memory slots' read without a branch (see above)
-  const auto weights = [&](int k, float (&wk)[VEC], auto unpredicated) {
-    if constexpr (kWeightsInSmem && decltype(unpredicated)::value) {
+  const auto shared_weights = [&](int k, float (&wk)[VEC]) {
+    if constexpr (kWeightsInSmem) {
       Pack<W, VEC> pack;
       load_shared_16(weight_slots + unsigned(k) * blockDim.x * 16u, pack);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) wk[i] = pack.get(i);
+    }
+  };
+  // unpredicated (std::true_type): the shared-memory slots' read without a branch (see above)
+  const auto weights = [&](int k, float (&wk)[VEC], auto unpredicated) {
+    if constexpr (kWeightsInSmem && decltype(unpredicated)::value) {
+      shared_weights(k, wk);
     } else if constexpr (kWide) {
       const int col = g.column<VEC>(k);
       if (weight != nullptr && col < walk.cols) {
         if constexpr (kWeightsInSmem) {
-          Pack<W, VEC> pack;
-          load_shared_16(weight_slots + unsigned(k) * blockDim.x * 16u, pack);
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) wk[i] = pack.get(i);
+          shared_weights(k, wk);
         } else {
           load_weight_vec<W, VEC>(weight + col, wk);
         }
