@@ -338,7 +338,7 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
 // Blocks per row (16-bit: 1024 vectors of 8 per block): 65536 -> 8, 57352 -> 8 with a short last
 // slice, 16384 -> 2, 12296 -> 2 with unequal slices; fp32 (1024 vectors of 4): 32768 -> 8, 20000 -> 5.
 // The fused kernel's wide rows (2048 vectors per block): 262144 16-bit and 131072 fp32 -> 16, 131072
-// 16-bit -> 8, 65544 -> 5 with a short last slice; the dX kernel splits these over blocks of 512
+// 16-bit -> 8, 65544 -> 5 with a short last slice (LayerNorm bf16, RMSNorm fp16); the dX kernel splits these over blocks of 512
 // threads (2048 vectors each, the same counts). The forward splits the rows of 8192 vectors or more (65536 16-bit / 32768 fp32 ->
 // 8 blocks of 256 threads; wider: blocks of 512 threads, 65544 -> 5 with a short last slice, 131072
 // 16-bit -> 8, 262144 -> 16; from 128 rows 262144 -> 8 blocks of 8 vectors a thread, NOTES entry 60),
@@ -365,6 +365,9 @@ INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                                          rms_spec("rms_M40_N131072_f32", 40, 131072, DT::F32),
                                          split_no_weight(ln_spec("ln_M70_N131072_f16_noweight", 70, 131072, DT::F16)),
                                          ln_spec("ln_M50_N65544_bf16", 50, 65544, DT::BF16),
+                                         // RMSNorm's wide rows too: their slots are read without predicates
+                                         // (NOTES entry 73), so a short last slice and padding slots matter
+                                         rms_spec("rms_M50_N65544_f16", 50, 65544, DT::F16),
                                          ln_spec("ln_M50_N45056_f16", 50, 45056, DT::F16),
                                          rms_spec("rms_M33_N53248_bf16", 33, 53248, DT::BF16),
                                          ln_spec("ln_M40_N28672_f32", 40, 28672, DT::F32),
