@@ -113,9 +113,17 @@ __device__ __forceinline__ void row_stats(const float* mean, const float* rstd, 
 /// leader from overwriting a stage's statistics before every lane of the warp has read them.
 template <bool kRms, int ITEMS, int VEC, bool kViews, typename T, typename W, bool kStagedStats = true>
 struct StagedBackwardRows {
+  /// Whether the stages hold zeros past N and past M (RowStages' kFilled), so that visit() reads them
+  /// without predicates. H200 A/B (docs/NOTES.md entry 73), 16-bit rows: the fused kernel's slot views
+  /// (wide rows), with its shared weights read the same way in the row's first pass, 3-7 % faster at
+  /// 1024 / 4096 x 262144; RMSNorm's fragments 3-6 % at 2048 x 65536. LayerNorm's fragments keep the
+  /// predicated reads (its 16-bit split instances spilled 8 bytes and ran 24-27 % slower), and fp32
+  /// rows too (their views 0.6-1.7 % slower, the fragments unchanged).
+  static constexpr bool kFilled = sizeof(T) == 2 && (kViews || kRms);
+
   const BackwardParams<T, W>& p;
   const RowGroup& g;
-  RowStages<T, ITEMS, VEC, 2> stages;
+  RowStages<T, ITEMS, VEC, 2, kFilled> stages;
   std::int64_t first, row_step;
   int n;
   std::int64_t copy_row;
@@ -139,26 +147,12 @@ struct StagedBackwardRows {
   /// Lanes between this lane and its stat leader (the group's first lane in this warp).
   __device__ __forceinline__ int lanes_after_stat_leader() const { return g.lane & (kWarpSize - 1); }
 
-  /// Whether the stages hold zeros past N and past M (copy_or_zero_row), so that visit() reads them
-  /// without predicates (no zeroed registers and no branch a slot). H200 A/B (docs/NOTES.md entry
-  /// 73), 16-bit rows: the fused kernel's slot views (wide rows), with its shared weights read the same
-  /// way in the row's first pass, 3-7 % faster at 1024 / 4096 x 262144; RMSNorm's fragments 3-6 % at
-  /// 2048 x 65536. LayerNorm's fragments keep the predicated reads (its 16-bit split instances spilled
-  /// 8 bytes and ran 24-27 % slower), and fp32 rows too (their views 0.6-1.7 % slower, the fragments
-  /// unchanged).
-  static constexpr bool kFilled = sizeof(T) == 2 && (kViews || kRms);
-
   /// Starts the copies of the next iteration into stage s.
   __device__ __forceinline__ void copy(int s) {
     if constexpr (kStagedStats) __syncwarp();  // the warp has read the statistics this stage held
     const bool active = copy_row < p.rows;
-    if constexpr (kFilled) {
-      stages.copy_or_zero_row(s, 0, x_row, g, n, active);
-      stages.copy_or_zero_row(s, 1, dy_row, g, n, active);
-    } else if (active) {
-      stages.copy_row(s, 0, x_row, g, n);
-      stages.copy_row(s, 1, dy_row, g, n);
-    }
+    stages.copy_row(s, 0, x_row, g, n, active);
+    stages.copy_row(s, 1, dy_row, g, n, active);
     if (active) {
       if constexpr (kStagedStats) {
         if (lanes_after_stat_leader() == 0) {
@@ -201,13 +195,8 @@ struct StagedBackwardRows {
       body(r, active, View{stages, g, s, 0, n, active}, View{stages, g, s, 1, n, active}, mean, rstd);
     } else {
       RowFragment<T, ITEMS, VEC> xv, dyv;
-      if constexpr (kFilled) {
-        stages.read_filled_row(s, 0, xv);
-        stages.read_filled_row(s, 1, dyv);
-      } else {
-        stages.read_row(s, 0, xv, g, n, active);
-        stages.read_row(s, 1, dyv, g, n, active);
-      }
+      stages.read_row(s, 0, xv, g, n, active);
+      stages.read_row(s, 1, dyv, g, n, active);
       body(r, active, xv, dyv, mean, rstd);
     }
   }

@@ -80,11 +80,10 @@ __device__ __forceinline__ void first_row_walk(std::int64_t first, std::int64_t 
 /// The staged copies of a forward walk: this lane's slots of the columns [col0, col0 + cols) of rows
 /// first, first + step, ... in iteration order, with a running row pointer instead of a 64-bit
 /// multiply per row.
-/// kFilled: slots past `cols` and rows past M are filled with zeros (copy_or_zero_row), so that the
-/// stages are read without predicates (read_filled_row).
+/// kFilled: RowStages' (stages zero-filled past `cols` and past M, read without predicates).
 template <typename T, int ITEMS, int VEC, bool kFilled = false>
 struct StagedForwardRows {
-  RowStages<T, ITEMS, VEC, 1> stages;
+  RowStages<T, ITEMS, VEC, 1, kFilled> stages;
   std::int64_t rows, copy_row, step;
   const T* x_row;
   std::int64_t x_step;
@@ -95,8 +94,7 @@ struct StagedForwardRows {
         x_step(step_ * x.stride), cols(cols_) {}
   /// Starts the copies of the next iteration into stage s.
   __device__ __forceinline__ void copy(int s, const RowGroup& g) {
-    if constexpr (kFilled) stages.copy_or_zero_row(s, 0, x_row, g, cols, copy_row < rows);
-    else if (copy_row < rows) stages.copy_row(s, 0, x_row, g, cols);
+    stages.copy_row(s, 0, x_row, g, cols, copy_row < rows);
     copy_row += step;
     x_row += x_step;
   }
@@ -542,15 +540,11 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
     // (H200 A/B, docs/NOTES.md entry 73); RMSNorm's measured 1-2 % slower at 2048 x 65536 and keeps them.
     constexpr bool kFilled = !kRms;
     StagedForwardRows<T, ITEMS, VEC, kFilled> rows(p.x, p.stages, p.rows, first, step, walk.col0, walk.cols);
-    const auto read = [&](int s, RowFragment<T, ITEMS, VEC>& xv) {
-      if constexpr (kFilled) rows.stages.read_filled_row(s, 0, xv);
-      else rows.stages.read_row(s, 0, xv, g, walk.cols, true);
-    };
     staged_row_walk_deferred(
         walk.iterations(p.rows, 1), p.stages, [&](std::int64_t, int s) { rows.copy(s, g); },
         [&](std::int64_t, int s) {
           RowFragment<T, ITEMS, VEC> xv;
-          read(s, xv);
+          rows.stages.read_row(s, 0, xv, g, walk.cols, true);
           float shift = 0.f;  // the slice's first element, from thread 0's staged slot (a broadcast read)
           if constexpr (!kRms) {
             // Each thread's cp.async wait covers only its own copies: a block barrier makes thread 0's
@@ -567,7 +561,7 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
         },
         [&](std::int64_t it, int s) {
           RowFragment<T, ITEMS, VEC> xv;
-          read(s, xv);
+          rows.stages.read_row(s, 0, xv, g, walk.cols, true);
           tail(first + it * step, xv);
         });
   } else {

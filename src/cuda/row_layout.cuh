@@ -113,7 +113,11 @@ extern __shared__ __align__(128) unsigned char row_kernel_smem[];
 /// __syncwarp, StagedBackwardRows.) Layout: [stage][tensor][item][thread] packs (consecutive threads
 /// on consecutive 16 bytes: no bank conflicts), then [stage][2][thread] floats for the row
 /// statistics (mean, rstd).
-template <typename T, int ITEMS, int VEC, int TENSORS>
+/// kFilled: every slot of a copied iteration is written -- zeros past N and for a row that is not
+/// active (cp.async with a source size of 0) -- so that its reads need no predicates (no zeroed
+/// registers, no branch a slot); otherwise only the slots inside an active row are copied and the
+/// reads test each slot. The walks choose it per instance by measurement (docs/NOTES.md entry 73).
+template <typename T, int ITEMS, int VEC, int TENSORS, bool kFilled = false>
 struct RowStages {
   static_assert(sizeof(Pack<T, VEC>) == 16, "staged rows are copied 16 bytes at a time");
   // The shared-memory address of this thread's first slot, computed once and kept opaque (see
@@ -144,44 +148,49 @@ struct RowStages {
     return rows_address + unsigned(depth * TENSORS * ITEMS * threads) * 16u - unsigned(threadIdx.x) * 12u +
            unsigned((stage * 2 + which) * threads) * 4u;
   }
-  /// Starts the copies of this lane's slots of `row` (slots past N are not copied).
-  __device__ __forceinline__ void copy_row(int stage, int tensor, const T* row, const RowGroup& g, int n) const {
+  /// Starts the copies of this lane's slots of `row` into `stage` for an iteration whose row is
+  /// `active` (kFilled: every slot, zeros past N and for an inactive row; otherwise the slots inside
+  /// an active row only).
+  __device__ __forceinline__ void copy_row(int stage, int tensor, const T* row, const RowGroup& g, int n,
+                                           bool active) const {
+    if constexpr (kFilled) {
 #pragma unroll
-    for (int k = 0; k < ITEMS; ++k) {
-      const int col = g.column<VEC>(k);
-      if (col < n) cp_async_16(slot_address(stage, tensor, k), row + col);
-    }
-  }
-  /// copy_row for stages read without predicates (read_filled_row, StagedRowView): slots past N, and
-  /// every slot of a row that is not `active`, are filled with zeros instead of being skipped.
-  __device__ __forceinline__ void copy_or_zero_row(int stage, int tensor, const T* row, const RowGroup& g, int n,
-                                                   bool active) const {
+      for (int k = 0; k < ITEMS; ++k) {
+        const int col = g.column<VEC>(k);
+        const bool in_row = active && col < n;
+        cp_async_16_or_zeros(slot_address(stage, tensor, k), in_row ? row + col : row, in_row);
+      }
+    } else if (active) {
 #pragma unroll
-    for (int k = 0; k < ITEMS; ++k) {
-      const int col = g.column<VEC>(k);
-      const bool in_row = active && col < n;
-      cp_async_16_or_zeros(slot_address(stage, tensor, k), in_row ? row + col : row, in_row);
+      for (int k = 0; k < ITEMS; ++k) {
+        const int col = g.column<VEC>(k);
+        if (col < n) cp_async_16(slot_address(stage, tensor, k), row + col);
+      }
     }
   }
   __device__ __forceinline__ void copy_stat(int stage, int which, const float* value) const {
     cp_async_4(stat_address(stage, which), value);
   }
-  /// The staged row as RowFragment::load would have read it (zeros past N or when !active).
+  /// Slot k of `tensor` in `stage` as RowFragment::load would have read it (zeros past N or when
+  /// !active: kFilled stages hold them already).
+  __device__ __forceinline__ Pack<T, VEC> slot(int stage, int tensor, int k, const RowGroup& g, int n, bool active) const {
+    Pack<T, VEC> v;
+    if (kFilled || (active && g.column<VEC>(k) < n)) load_shared_16(slot_address(stage, tensor, k), v);
+    else v.zero();
+    return v;
+  }
+  /// The staged row as RowFragment::load would have read it: slot()'s test, written into the fragment
+  /// in place (through slot()'s returned packs the dX and forward kernels compiled to other SASS).
   __device__ __forceinline__ void read_row(int stage, int tensor, RowFragment<T, ITEMS, VEC>& f, const RowGroup& g,
                                            int n, bool active) const {
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
-      if (active && g.column<VEC>(k) < n) {
+      if (kFilled || (active && g.column<VEC>(k) < n)) {
         load_shared_16(slot_address(stage, tensor, k), f.p[k]);
       } else {
         f.p[k].zero();
       }
     }
-  }
-  /// read_row of a stage written by copy_or_zero_row: its zeros are already in place.
-  __device__ __forceinline__ void read_filled_row(int stage, int tensor, RowFragment<T, ITEMS, VEC>& f) const {
-#pragma unroll
-    for (int k = 0; k < ITEMS; ++k) load_shared_16(slot_address(stage, tensor, k), f.p[k]);
   }
   /// The statistic in the slot of the thread `lanes_back` lanes before this one (its stat leader's).
   __device__ __forceinline__ float stat(int stage, int which, int lanes_back) const {
@@ -189,24 +198,19 @@ struct RowStages {
   }
 };
 
-/// One staged row of one tensor, read slot by slot where it is used (pack(k): one 16-byte shared load,
-/// zeros past N or when !active) instead of into a RowFragment: for kernels whose registers cannot
-/// hold the fragment across the row sum (the fused kernel's wide rows) and that read a slot twice.
-/// kFilled: the stage was written by copy_or_zero_row (its zeros are in place), read without predicates.
+/// One staged row of one tensor, read slot by slot where it is used (pack(k): RowStages::slot, one
+/// 16-byte shared load, zeros past N or when !active) instead of into a RowFragment: for kernels whose
+/// registers cannot hold the fragment across the row sum (the fused kernel's wide rows) and that read
+/// a slot twice.
 template <typename T, int ITEMS, int VEC, bool kFilled>
 struct StagedRowView {
-  const RowStages<T, ITEMS, VEC, 2>& stages;
+  const RowStages<T, ITEMS, VEC, 2, kFilled>& stages;
   const RowGroup& g;
   int stage;
   int tensor;
   int n;
   bool active;
-  __device__ __forceinline__ Pack<T, VEC> pack(int k) const {
-    Pack<T, VEC> v;
-    if (kFilled || (active && g.column<VEC>(k) < n)) load_shared_16(stages.slot_address(stage, tensor, k), v);
-    else v.zero();
-    return v;
-  }
+  __device__ __forceinline__ Pack<T, VEC> pack(int k) const { return stages.slot(stage, tensor, k, g, n, active); }
 };
 
 /// Which rows and columns this block walks (RowShape::split). Unsplit: block b of the grid walks row
