@@ -416,14 +416,22 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
   // Weight and bias are read slot by slot where y uses them (L1 hits after the first row): kept in
   // registers for the whole walk, next to the deferred walk's state, they made ptxas spill 104-112
   // bytes in the staged 16-bit instances; loaded as whole fragments with each row, 8-48 bytes with
-  // fp32 weights.
-  const auto affine = [&](const W* v, int k, float fallback, float (&out)[VEC]) {
-    const int col = g.column<VEC>(k);
-    if (v != nullptr && col < walk.cols) {
-      load_weight_vec<W, VEC>(v + col, out);
-    } else {
+  // fp32 weights. 16-byte packs are loaded kAffineAhead slots ahead of their use, the first ones
+  // before the tail waits for the cluster's statistics: loaded where they are used, each slot's
+  // loads came after the wait and after the previous slot's store (its branch on the slice kept them
+  // there; SASS at ff3bae9), so every slot waited out their latency in turn. H200 A/B (docs/NOTES.md
+  // entry 74): rows of 4 vectors a thread 0.90-0.97x (LayerNorm 2048 x 65536 16-bit 0.92), RMSNorm's
+  // 8-vector rows 4 ahead 0.93x (8 ahead: the same). LayerNorm's 8-vector rows keep the reads where
+  // used: 1 ahead measured 1.00-1.02x, 2 ahead spill 44 bytes (staged) and 248 (unstaged).
+  constexpr int kAffineAhead = sizeof(Pack<W, VEC>) != 16 ? 0 : ITEMS <= 4 ? ITEMS : kRms ? 4 : 0;
+  constexpr int kAffineRing = kAffineAhead > 0 ? kAffineAhead : 1;
+  // The slot's VEC values of weight or bias: from the ring (loaded ahead) or from memory.
+  const auto affine_values = [&](const W* v, const Pack<W, VEC>& ahead, int col, float (&out)[VEC]) {
+    if constexpr (kAffineAhead > 0) {
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) out[i] = fallback;
+      for (int i = 0; i < VEC; ++i) out[i] = ahead.get(i);
+    } else {
+      load_weight_vec<W, VEC>(v + col, out);
     }
   };
   // Slots past the slice hold 0, which x - shift would not leave out: LayerNorm zeroes their
@@ -465,6 +473,16 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
   };
   // The row's statistics from the cluster's values (the oldest sent, not yet received), then y.
   const auto tail = [&](std::int64_t r, const RowFragment<T, ITEMS, VEC>& xv) {
+    Pack<W, VEC> weight_ring[kAffineRing], bias_ring[kAffineRing];  // slot k in entry k % kAffineRing
+    const auto load_ahead = [&](int k) {
+      const int col = g.column<VEC>(k);
+      if (col < walk.cols) {
+        if (weight != nullptr) weight_ring[k % kAffineRing] = Pack<W, VEC>::load(weight + col);
+        if (bias != nullptr) bias_ring[k % kAffineRing] = Pack<W, VEC>::load(bias + col);
+      }
+    };
+#pragma unroll
+    for (int k = 0; k < kAffineAhead; ++k) load_ahead(k);
     float mean = 0.f, rstd;
     if constexpr (kRms) {
       float sum_sq[1];
@@ -498,8 +516,14 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
         // measured 1-5 % slower for it (A/B at 20196c0, 1024 x 131072 and 4096 x 262144 bf16 / fp16),
         // where it made LayerNorm's rows faster. It has no bias (ForwardProblem), so none is read:
         // a fallback of 0 was 8 register moves and an add a slot.
+        const int col = g.column<VEC>(k);
         float wk[VEC];
-        affine(weight, k, 1.f, wk);
+        if (weight != nullptr && col < walk.cols) {
+          affine_values(weight, weight_ring[k % kAffineRing], col, wk);
+        } else {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) wk[i] = 1.f;
+        }
         store_slot<T, VEC>(y_row, g, k, walk.cols, true, [&](int i) { return xv.at(k, i) * rstd * wk[i]; });
       } else {
         // LayerNorm reads weight and bias for the lane's slots inside the slice only (past it nothing
@@ -512,22 +536,23 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
         if (col < walk.cols) {
           float w[VEC], b[VEC];
           if (weight != nullptr && bias != nullptr) {
-            load_weight_vec<W, VEC>(weight + col, w);
-            load_weight_vec<W, VEC>(bias + col, b);
+            affine_values(weight, weight_ring[k % kAffineRing], col, w);
+            affine_values(bias, bias_ring[k % kAffineRing], col, b);
 #pragma unroll
             for (int i = 0; i < VEC; ++i) y[i] = y[i] * w[i] + b[i];
           } else if (weight != nullptr) {
-            load_weight_vec<W, VEC>(weight + col, w);
+            affine_values(weight, weight_ring[k % kAffineRing], col, w);
 #pragma unroll
             for (int i = 0; i < VEC; ++i) y[i] *= w[i];
           } else if (bias != nullptr) {
-            load_weight_vec<W, VEC>(bias + col, b);
+            affine_values(bias, bias_ring[k % kAffineRing], col, b);
 #pragma unroll
             for (int i = 0; i < VEC; ++i) y[i] += b[i];
           }
         }
         store_slot<T, VEC>(y_row, g, k, walk.cols, true, [&](int i) { return y[i]; });
       }
+      if (kAffineAhead > 0 && k + kAffineAhead < ITEMS) load_ahead(k + kAffineAhead);  // into slot k's entry
     }
     if (walk.rank == 0 && threadIdx.x == 0) {  // every block has the same statistics
       if (p.mean != nullptr) p.mean[r] = mean;
