@@ -421,9 +421,12 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
   // loads came after the wait and after the previous slot's store (its branch on the slice kept them
   // there; SASS at ff3bae9), so every slot waited out their latency in turn. H200 A/B (docs/NOTES.md
   // entry 74): rows of 4 vectors a thread 0.90-0.97x (LayerNorm 2048 x 65536 16-bit 0.92), RMSNorm's
-  // 8-vector rows 4 ahead 0.93x (8 ahead: the same). LayerNorm's 8-vector rows keep the reads where
-  // used: 1 ahead measured 1.00-1.02x, 2 ahead spill 44 bytes (staged) and 248 (unstaged).
-  constexpr int kAffineAhead = sizeof(Pack<W, VEC>) != 16 ? 0 : ITEMS <= 4 ? ITEMS : kRms ? 4 : 0;
+  // 8-vector rows 4 ahead 0.93x (8 ahead: the same). LayerNorm's 8-vector rows holding the row's x
+  // fragment across the wait: 1 ahead 1.00-1.02x, 2 ahead spill 44 bytes. Staged, they read x for y
+  // from the stage slot by slot instead (kTailView, a StagedRowView), which leaves room for 2 ahead
+  // (3: no spill either, 4: 44 bytes): 0.95-0.97x at 1024 x 262144, 0.99-1.00x at 4096 x 262144.
+  constexpr int kAffineAhead = sizeof(Pack<W, VEC>) != 16 ? 0 : ITEMS <= 4 ? ITEMS : kRms ? 4 : kStaged ? 2 : 0;
+  constexpr bool kTailView = kStaged && !kRms && ITEMS > 4 && kAffineAhead > 0;
   constexpr int kAffineRing = kAffineAhead > 0 ? kAffineAhead : 1;
   // The slot's VEC values of weight or bias: from the ring (loaded ahead) or from memory.
   const auto affine_values = [&](const W* v, const Pack<W, VEC>& ahead, int col, float (&out)[VEC]) {
@@ -472,7 +475,7 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
     cluster.send(values);
   };
   // The row's statistics from the cluster's values (the oldest sent, not yet received), then y.
-  const auto tail = [&](std::int64_t r, const RowFragment<T, ITEMS, VEC>& xv) {
+  const auto tail = [&](std::int64_t r, const auto& xv) {  // a RowFragment, or a StagedRowView (kTailView)
     Pack<W, VEC> weight_ring[kAffineRing], bias_ring[kAffineRing];  // slot k in entry k % kAffineRing
     const auto load_ahead = [&](int k) {
       const int col = g.column<VEC>(k);
@@ -530,9 +533,10 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
         // is stored), each under a test of its pointer that is the same for the whole grid: fallbacks
         // of 1 and 0 for missing ones put 16 moves a vector into every row (SASS at 20196c0).
         const int col = g.column<VEC>(k);
+        const Pack<T, VEC> xk = xv.pack(k);
         float y[VEC];
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) y[i] = (xv.at(k, i) - mean) * rstd;
+        for (int i = 0; i < VEC; ++i) y[i] = (xk.get(i) - mean) * rstd;
         if (col < walk.cols) {
           float w[VEC], b[VEC];
           if (weight != nullptr && bias != nullptr) {
@@ -585,9 +589,13 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
           head(xv, shift);
         },
         [&](std::int64_t it, int s) {
-          RowFragment<T, ITEMS, VEC> xv;
-          rows.stages.read_row(s, 0, xv, g, walk.cols, true);
-          tail(first + it * step, xv);
+          if constexpr (kTailView) {
+            tail(first + it * step, StagedRowView<T, ITEMS, VEC, kFilled, 1>{rows.stages, g, s, 0, walk.cols, true});
+          } else {
+            RowFragment<T, ITEMS, VEC> xv;
+            rows.stages.read_row(s, 0, xv, g, walk.cols, true);
+            tail(first + it * step, xv);
+          }
         });
   } else {
     for (std::int64_t r = first; r < p.rows; r += step) {

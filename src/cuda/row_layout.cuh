@@ -200,11 +200,11 @@ struct RowStages {
 
 /// One staged row of one tensor, read slot by slot where it is used (pack(k): RowStages::slot, one
 /// 16-byte shared load, zeros past N or when !active) instead of into a RowFragment: for kernels whose
-/// registers cannot hold the fragment across the row sum (the fused kernel's wide rows) and that read
-/// a slot twice.
-template <typename T, int ITEMS, int VEC, bool kFilled>
+/// registers cannot hold the fragment across the row sum (the fused kernel's wide rows, the forward's
+/// 8-vector LayerNorm split rows) and that read a slot twice.
+template <typename T, int ITEMS, int VEC, bool kFilled, int TENSORS = 2>
 struct StagedRowView {
-  const RowStages<T, ITEMS, VEC, 2, kFilled>& stages;
+  const RowStages<T, ITEMS, VEC, TENSORS, kFilled>& stages;
   const RowGroup& g;
   int stage;
   int tensor;
