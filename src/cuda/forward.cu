@@ -413,10 +413,10 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
   const float inv_slice = walk.cols > 0 ? 1.f / float(walk.cols) : 0.f;
   const W* const weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
   const W* const bias = forward_bias<kRms>(p) != nullptr ? p.bias + walk.col0 : nullptr;  // LayerNorm's only
-  // Weight and bias are read slot by slot where y uses them (L1 hits after the first row): kept in
-  // registers for the whole walk, next to the deferred walk's state, they made ptxas spill 104-112
-  // bytes in the staged 16-bit instances; loaded as whole fragments with each row, 8-48 bytes with
-  // fp32 weights. 16-byte packs are loaded kAffineAhead slots ahead of their use, the first ones
+  // Weight and bias are read again for every row, slot by slot (L1 or L2 hits after the first row):
+  // kept in registers for the whole walk, next to the deferred walk's state, they made ptxas spill
+  // 104-112 bytes in the staged 16-bit instances; loaded as whole fragments with each row, 8-48 bytes
+  // with fp32 weights. 16-byte packs are loaded kAffineAhead slots ahead of their use, the first ones
   // before the tail waits for the cluster's statistics: loaded where they are used, each slot's
   // loads came after the wait and after the previous slot's store (its branch on the slice kept them
   // there; SASS at ff3bae9), so every slot waited out their latency in turn. H200 A/B (docs/NOTES.md
