@@ -416,16 +416,21 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
   // Weight and bias are read again for every row, slot by slot (L1 or L2 hits after the first row):
   // kept in registers for the whole walk, next to the deferred walk's state, they made ptxas spill
   // 104-112 bytes in the staged 16-bit instances; loaded as whole fragments with each row, 8-48 bytes
-  // with fp32 weights. 16-byte packs are loaded kAffineAhead slots ahead of their use, the first ones
+  // with fp32 weights. The packs are loaded kAffineAhead slots ahead of their use, the first ones
   // before the tail waits for the cluster's statistics: loaded where they are used, each slot's
   // loads came after the wait and after the previous slot's store (its branch on the slice kept them
   // there; SASS at ff3bae9), so every slot waited out their latency in turn. H200 A/B (docs/NOTES.md
-  // entry 74): rows of 4 vectors a thread 0.90-0.97x (LayerNorm 2048 x 65536 16-bit 0.92), RMSNorm's
-  // 8-vector rows 4 ahead 0.93x (8 ahead: the same). LayerNorm's 8-vector rows holding the row's x
-  // fragment across the wait: 1 ahead 1.00-1.02x, 2 ahead spill 44 bytes. Staged, they read x for y
-  // from the stage slot by slot instead (kTailView, a StagedRowView), which leaves room for 2 ahead
-  // (3: no spill either, 4: 44 bytes): 0.95-0.97x at 1024 x 262144, 0.99-1.00x at 4096 x 262144.
-  constexpr int kAffineAhead = sizeof(Pack<W, VEC>) != 16 ? 0 : ITEMS <= 4 ? ITEMS : kRms ? 4 : kStaged ? 2 : 0;
+  // entry 74), 16-byte packs: rows of 4 vectors a thread 0.90-0.97x (LayerNorm 2048 x 65536 16-bit
+  // 0.92), RMSNorm's 8-vector rows 4 ahead 0.93x (8 ahead: the same). LayerNorm's 8-vector rows holding
+  // the row's x fragment across the wait: 1 ahead 1.00-1.02x, 2 ahead spill 44 bytes. Staged, they read
+  // x for y from the stage slot by slot instead (kTailView, a StagedRowView), which leaves room for 2
+  // ahead (3: no spill either, 4: 44 bytes): 0.95-0.97x at 1024 x 262144, 0.99-1.00x at 4096 x 262144.
+  // 32-byte packs (fp32 weights on 16-bit rows, what autocast hands a norm), within the registers
+  // without spills: RMSNorm 4 / 2 ahead (4 / 8 vectors a thread), LayerNorm 2 / none: 0.94-0.97x at 2048
+  // x 65536 and RMSNorm 1024 x 131072, 0.99-1.00x elsewhere.
+  constexpr bool kWidePacks = sizeof(Pack<W, VEC>) > 16;
+  constexpr int kAffineAhead = kWidePacks ? (kRms ? (ITEMS <= 4 ? ITEMS : 2) : (ITEMS <= 4 ? 2 : 0))
+                                          : (ITEMS <= 4 ? ITEMS : kRms ? 4 : kStaged ? 2 : 0);
   constexpr bool kTailView = kStaged && !kRms && ITEMS > 4 && kAffineAhead > 0;
   constexpr int kAffineRing = kAffineAhead > 0 ? kAffineAhead : 1;
   // The slot's VEC values of weight or bias: from the ring (loaded ahead) or from memory.
