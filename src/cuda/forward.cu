@@ -12,6 +12,8 @@
 #include "cuda/kernels.h"
 #include "cuda/row_layout.cuh"
 
+#include <type_traits>
+
 namespace normkit::cuda {
 namespace {
 
@@ -425,16 +427,17 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
   // the row's x fragment across the wait: 1 ahead 1.00-1.02x, 2 ahead spill 44 bytes. Staged, they read
   // x for y from the stage slot by slot instead (kTailView, a StagedRowView), which leaves room for 2
   // ahead (3: no spill either, 4: 44 bytes): 0.95-0.97x at 1024 x 262144, 0.99-1.00x at 4096 x 262144.
-  // 32-byte packs (fp32 weights on 16-bit rows, what autocast hands a norm), within the registers
+  // 32-byte slots (fp32 weights on 16-bit rows, what autocast hands a norm: two 16-byte loads), within the registers
   // without spills: RMSNorm 4 / 2 ahead (4 / 8 vectors a thread), LayerNorm 2 / none: 0.94-0.97x at 2048
   // x 65536 and RMSNorm 1024 x 131072, 0.99-1.00x elsewhere.
   constexpr bool kWidePacks = sizeof(Pack<W, VEC>) > 16;
+  using AffineSlot = std::conditional_t<kWidePacks, WeightVec<W, VEC>, Pack<W, VEC>>;  // (16-byte loads)
   constexpr int kAffineAhead = kWidePacks ? (kRms ? (ITEMS <= 4 ? ITEMS : 2) : (ITEMS <= 4 ? 2 : 0))
                                           : (ITEMS <= 4 ? ITEMS : kRms ? 4 : kStaged ? 2 : 0);
   constexpr bool kTailView = kStaged && !kRms && ITEMS > 4 && kAffineAhead > 0;
   constexpr int kAffineRing = kAffineAhead > 0 ? kAffineAhead : 1;
   // The slot's VEC values of weight or bias: from the ring (loaded ahead) or from memory.
-  const auto affine_values = [&](const W* v, const Pack<W, VEC>& ahead, int col, float (&out)[VEC]) {
+  const auto affine_values = [&](const W* v, const AffineSlot& ahead, int col, float (&out)[VEC]) {
     if constexpr (kAffineAhead > 0) {
 #pragma unroll
       for (int i = 0; i < VEC; ++i) out[i] = ahead.get(i);
@@ -481,12 +484,12 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
   };
   // The row's statistics from the cluster's values (the oldest sent, not yet received), then y.
   const auto tail = [&](std::int64_t r, const auto& xv) {  // a RowFragment, or a StagedRowView (kTailView)
-    Pack<W, VEC> weight_ring[kAffineRing], bias_ring[kAffineRing];  // slot k in entry k % kAffineRing
+    AffineSlot weight_ring[kAffineRing], bias_ring[kAffineRing];  // slot k in entry k % kAffineRing
     const auto load_ahead = [&](int k) {
       const int col = g.column<VEC>(k);
       if (col < walk.cols) {
-        if (weight != nullptr) weight_ring[k % kAffineRing] = Pack<W, VEC>::load(weight + col);
-        if (bias != nullptr) bias_ring[k % kAffineRing] = Pack<W, VEC>::load(bias + col);
+        if (weight != nullptr) weight_ring[k % kAffineRing] = AffineSlot::load(weight + col);
+        if (bias != nullptr) bias_ring[k % kAffineRing] = AffineSlot::load(bias + col);
       }
     };
 #pragma unroll

@@ -534,11 +534,27 @@ __device__ __forceinline__ void store_slot(T* row, const RowGroup& g, int k, int
   store_vec<T, VEC>(row + col, out);
 }
 
-/// VEC consecutive weight values as floats, in 16-byte loads where VEC allows (the planner's vec
-/// rule requires 16-byte aligned weight pointers whenever VEC > 1).
+/// VEC consecutive weight (or bias) values as loaded, in 16-byte loads where VEC allows (the planner's
+/// vec rule requires 16-byte aligned weight pointers whenever VEC > 1, never 32: fp32 weights of 8
+/// columns are two loads), read as floats where used. (Where one load holds them, Pack<W, VEC> is the
+/// same and is what the kernels keep: through this struct ptxas scheduled some instances otherwise.)
+template <typename W, int VEC>
+struct WeightVec {
+  static constexpr int kChunk = int(16 / sizeof(W)) < VEC ? int(16 / sizeof(W)) : VEC;
+  Pack<W, kChunk> chunks[VEC / kChunk];
+  __device__ __forceinline__ static WeightVec load(const W* p) {
+    WeightVec v;
+#pragma unroll
+    for (int c = 0; c < VEC / kChunk; ++c) v.chunks[c] = Pack<W, kChunk>::load(p + c * kChunk);
+    return v;
+  }
+  __device__ __forceinline__ float get(int i) const { return chunks[i / kChunk].get(i % kChunk); }
+};
+
+/// VEC consecutive weight values as floats, in WeightVec's 16-byte loads.
 template <typename W, int VEC>
 __device__ __forceinline__ void load_weight_vec(const W* p, float (&out)[VEC]) {
-  constexpr int kChunk = int(16 / sizeof(W)) < VEC ? int(16 / sizeof(W)) : VEC;
+  constexpr int kChunk = WeightVec<W, VEC>::kChunk;
 #pragma unroll
   for (int c = 0; c < VEC / kChunk; ++c) {
     const Pack<W, kChunk> pack = Pack<W, kChunk>::load(p + c * kChunk);
