@@ -291,8 +291,15 @@ DeviceCase upload_case(const HostCase& hc, cudaStream_t stream) {
   };
   up(d.x, hc.x);
   up(d.dy, hc.dy);
-  if (hc.spec.has_weight) up(d.weight, hc.weight);
-  if (hc.spec.bias_present()) up(d.bias, hc.bias);
+  // weight and bias at spec.weight_offset elements into their buffers (the prefix poisoned)
+  auto up_at_offset = [&](DeviceBuffer& dst, const HostBuffer& src) {
+    const std::size_t prefix = std::size_t(hc.spec.weight_offset) * dtype_size(hc.spec.weight_dtype());
+    dst = DeviceBuffer(std::max<std::size_t>(prefix + src.bytes.size(), 16));
+    dst.poison(stream);
+    dst.upload(src.bytes.data(), src.bytes.size(), prefix, stream);
+  };
+  if (hc.spec.has_weight) up_at_offset(d.weight, hc.weight);
+  if (hc.spec.bias_present()) up_at_offset(d.bias, hc.bias);
   if (!hc.spec.rms) up(d.mean, hc.mean);
   up(d.rstd, hc.rstd);
   return d;
@@ -636,7 +643,7 @@ BackwardOut gpu_backward(const HostCase& hc, const DeviceCase& dc, Mask mask, St
   const ConstRows x{at_offset(dc.x, lx.offset, t), t, s.M, s.N, row_stride_arg(lx)};
   const ConstRows dy{at_offset(dc.dy, ldy.offset, t), t, s.M, s.N, row_stride_arg(ldy)};
   std::optional<ConstVec> w;
-  if (s.has_weight) w = ConstVec{dc.weight.get(), wt, s.N};
+  if (s.has_weight) w = ConstVec{at_offset(dc.weight, s.weight_offset, wt), wt, s.N};
   std::optional<Rows> dx;
   if (mask.dx) dx = Rows{const_cast<void*>(at_offset(ddx, lo.offset, t)), t, s.M, s.N, row_stride_arg(lo)};
   std::optional<Vec> dw, db;
@@ -783,8 +790,8 @@ ForwardOut gpu_forward(const HostCase& hc, const DeviceCase& dc, cudaStream_t st
   const ConstRows x{at_offset(dc.x, lx.offset, t), t, s.M, s.N, row_stride_arg(lx)};
   const Rows y{const_cast<void*>(at_offset(dyb, lo.offset, t)), t, s.M, s.N, row_stride_arg(lo)};
   std::optional<ConstVec> w, b;
-  if (s.has_weight) w = ConstVec{dc.weight.get(), wt, s.N};
-  if (s.bias_present()) b = ConstVec{dc.bias.get(), wt, s.N};
+  if (s.has_weight) w = ConstVec{at_offset(dc.weight, s.weight_offset, wt), wt, s.N};
+  if (s.bias_present()) b = ConstVec{at_offset(dc.bias, s.weight_offset, wt), wt, s.N};
   ExecConfig cfg{Device::Cuda, stream, Strategy::Auto, table};
   cfg.caller_checked_pointers = caller_checked_pointers;
   ForwardOut out;

@@ -110,6 +110,9 @@ struct Spec {
   double eps = 1e-5;
   std::int64_t pad_x = 0, pad_dy = 0, pad_out = 0;  ///< row_stride = N + pad
   std::int64_t offset = 0;      ///< base pointers of all matrices offset by this many elements
+  /// weight and bias start this many elements into their buffers (e.g. 4 fp32: 16-byte aligned, as
+  /// the vector rule needs, but not 32-byte aligned)
+  std::int64_t weight_offset = 0;
 
   DType weight_dtype() const { return wdtype.value_or(dtype); }
   bool bias_present() const { return !rms && has_bias; }
