@@ -284,24 +284,20 @@ std::unique_ptr<HostCase> make_host_case(const Spec& spec, std::optional<std::ui
 
 DeviceCase upload_case(const HostCase& hc, cudaStream_t stream) {
   DeviceCase d;
-  auto up = [&](DeviceBuffer& dst, const HostBuffer& src) {
-    dst = DeviceBuffer(std::max<std::size_t>(src.bytes.size(), 16));
-    dst.poison(stream);
-    dst.upload(src, stream);
-  };
-  up(d.x, hc.x);
-  up(d.dy, hc.dy);
-  // weight and bias at spec.weight_offset elements into their buffers (the prefix poisoned)
-  auto up_at_offset = [&](DeviceBuffer& dst, const HostBuffer& src) {
-    const std::size_t prefix = std::size_t(hc.spec.weight_offset) * dtype_size(hc.spec.weight_dtype());
+  // each input at `prefix` bytes into its buffer, the buffer poisoned first
+  auto up = [&](DeviceBuffer& dst, const HostBuffer& src, std::size_t prefix) {
     dst = DeviceBuffer(std::max<std::size_t>(prefix + src.bytes.size(), 16));
     dst.poison(stream);
-    dst.upload(src.bytes.data(), src.bytes.size(), prefix, stream);
+    dst.upload(src.data(), src.bytes.size(), prefix, stream);
   };
-  if (hc.spec.has_weight) up_at_offset(d.weight, hc.weight);
-  if (hc.spec.bias_present()) up_at_offset(d.bias, hc.bias);
-  if (!hc.spec.rms) up(d.mean, hc.mean);
-  up(d.rstd, hc.rstd);
+  up(d.x, hc.x, 0);
+  up(d.dy, hc.dy, 0);
+  // weight and bias at spec.weight_offset elements
+  const std::size_t weight_prefix = std::size_t(hc.spec.weight_offset) * dtype_size(hc.spec.weight_dtype());
+  if (hc.spec.has_weight) up(d.weight, hc.weight, weight_prefix);
+  if (hc.spec.bias_present()) up(d.bias, hc.bias, weight_prefix);
+  if (!hc.spec.rms) up(d.mean, hc.mean, 0);
+  up(d.rstd, hc.rstd, 0);
   return d;
 }
 
