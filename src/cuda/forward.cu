@@ -427,9 +427,9 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
   // the row's x fragment across the wait: 1 ahead 1.00-1.02x, 2 ahead spill 44 bytes. Staged, they read
   // x for y from the stage slot by slot instead (kTailView, a StagedRowView), which leaves room for 2
   // ahead (3: no spill either, 4: 44 bytes): 0.95-0.97x at 1024 x 262144, 0.99-1.00x at 4096 x 262144.
-  // 32-byte slots (fp32 weights on 16-bit rows, what autocast hands a norm: two 16-byte loads), within the registers
-  // without spills: RMSNorm 4 / 2 ahead (4 / 8 vectors a thread), LayerNorm 2 / none: 0.94-0.97x at 2048
-  // x 65536 and RMSNorm 1024 x 131072, 0.99-1.00x elsewhere.
+  // 32-byte slots (fp32 weights on 16-bit rows, what autocast hands a norm: two 16-byte loads), as many
+  // as the registers hold without spills: RMSNorm 4 / 2 ahead (4 / 8 vectors a thread), LayerNorm 2 /
+  // none: 0.94-0.97x at 2048 x 65536 and RMSNorm 1024 x 131072, 0.99-1.00x elsewhere.
   constexpr bool kWidePacks = sizeof(Pack<W, VEC>) > 16;
   using AffineSlot = std::conditional_t<kWidePacks, WeightVec<W, VEC>, Pack<W, VEC>>;  // (16-byte loads)
   constexpr int kAffineAhead = kWidePacks ? (kRms ? (ITEMS <= 4 ? ITEMS : 2) : (ITEMS <= 4 ? 2 : 0))

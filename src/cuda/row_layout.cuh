@@ -200,8 +200,9 @@ struct RowStages {
 
 /// One staged row of one tensor, read slot by slot where it is used (pack(k): RowStages::slot, one
 /// 16-byte shared load, zeros past N or when !active) instead of into a RowFragment: for kernels whose
-/// registers cannot hold the fragment across the row sum (the fused kernel's wide rows, the forward's
-/// 8-vector LayerNorm split rows) and that read a slot twice.
+/// registers cannot hold the fragment across the row sum (the fused kernel's wide rows, which read a
+/// slot twice; the forward's 8-vector LayerNorm split rows, whose registers hold the weight and bias
+/// packs loaded ahead instead).
 template <typename T, int ITEMS, int VEC, bool kFilled, int TENSORS = 2>
 struct StagedRowView {
   const RowStages<T, ITEMS, VEC, TENSORS, kFilled>& stages;
