@@ -10,13 +10,15 @@ def default_mapping() -> Dict[type, type]:
     return {torch.nn.LayerNorm: _nn.LayerNorm, torch.nn.RMSNorm: _nn.RMSNorm}
 
 
-def _build(target, module):
+def _build(target, module, check):
+    if isinstance(target, type) and issubclass(target, (_nn.LayerNorm, _nn.RMSNorm)):
+        return target.from_module(module, check=check)
     if hasattr(target, "from_module"):
         return target.from_module(module)
     return target(module)
 
 
-def swap_norms(model: torch.nn.Module, mapping: Optional[Mapping[type, Callable]] = None) -> int:
+def swap_norms(model: torch.nn.Module, mapping: Optional[Mapping[type, Callable]] = None, check: bool = True) -> int:
     """Replace every torch.nn.LayerNorm / torch.nn.RMSNorm inside `model` by normkit.nn.LayerNorm /
     normkit.nn.RMSNorm, in place, and return how many modules were replaced.
 
@@ -32,6 +34,10 @@ def swap_norms(model: torch.nn.Module, mapping: Optional[Mapping[type, Callable]
         target(module). normkit.nn.*.from_module reads: `weight` (Parameter or None), `bias`
         (LayerNorm only), the epsilon from `eps` or else `variance_epsilon` (Hugging Face's name),
         and `normalized_shape` or else the weight's shape.
+    check: for mapped classes other than torch's, normkit.nn.*.from_module compares the module's
+        forward with the replacement's on a small probe and raises ValueError where they differ (a
+        forward that computes something else with the same attributes, e.g. Gemma's RMSNorm, which
+        scales by 1 + weight); check=False replaces them unchecked. A callable target is the caller's.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"normkit.swap_norms: argument 'model' is a {type(model).__name__}, expected a torch.nn.Module")
@@ -54,7 +60,7 @@ def swap_norms(model: torch.nn.Module, mapping: Optional[Mapping[type, Callable]
                 continue
             new = replaced.get(id(child))
             if new is None:
-                new = _build(target, child)
+                new = _build(target, child, check)
                 replaced[id(child)] = new
             parent._modules[name] = new
     return len(replaced)

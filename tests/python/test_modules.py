@@ -71,6 +71,20 @@ class FakeLlamaRMSNorm(torch.nn.Module):
         return self.weight * xf.to(x.dtype)
 
 
+class FakeGemmaRMSNorm(torch.nn.Module):
+    """Hugging Face's GemmaRMSNorm: the attributes of an RMSNorm, but it scales by 1 + weight."""
+
+    def __init__(self, hidden, eps=1e-6):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(hidden))
+        self.eps = eps
+
+    def forward(self, x):
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * (1.0 + self.weight.float())).type_as(x)
+
+
 class MyLayerNorm(torch.nn.LayerNorm):
     """A user subclass with its own forward: never swapped unless mapped explicitly."""
 
@@ -131,9 +145,45 @@ def test_swap_norms_mapping_for_custom_classes():
     assert model["a"].normalized_shape == (48,)
     assert type(model["b"]) is MyLayerNorm  # subclass with its own forward: left alone
     assert_close("mapped RMSNorm", model["a"](x), expected, 1e-5)
-    # a callable target works too
-    assert normkit.swap_norms(model, {MyLayerNorm: lambda m: normkit.nn.LayerNorm.from_module(m)}) == 1
+    # a callable target works too; MyLayerNorm doubles its output, so only unchecked
+    with pytest.raises(ValueError, match="computes something else"):
+        normkit.swap_norms(model, {MyLayerNorm: lambda m: normkit.nn.LayerNorm.from_module(m)})
+    assert type(model["b"]) is MyLayerNorm
+    assert normkit.swap_norms(model, {MyLayerNorm: lambda m: normkit.nn.LayerNorm.from_module(m, check=False)}) == 1
     assert type(model["b"]) is normkit.nn.LayerNorm
+
+
+def test_swap_norms_refuses_a_mapped_class_that_computes_something_else():
+    """A mapped class is compared with its replacement on a probe: Gemma's RMSNorm (1 + weight) has the
+    attributes of an RMSNorm and would silently change the model's outputs; LlamaRMSNorm passes in every
+    dtype (it rounds x * rstd to the input dtype before the weight: within the bound)."""
+    torch.manual_seed(1)
+    gemma = torch.nn.Sequential(FakeGemmaRMSNorm(64)).to(DEV)
+    with pytest.raises(ValueError, match="FakeGemmaRMSNorm.forward computes something else"):
+        normkit.swap_norms(gemma, {FakeGemmaRMSNorm: normkit.nn.RMSNorm})
+    assert type(gemma[0]) is FakeGemmaRMSNorm  # nothing replaced
+    with pytest.raises(ValueError, match="1 \\+ weight"):
+        normkit.nn.RMSNorm.from_module(gemma[0])
+    assert normkit.swap_norms(gemma, {FakeGemmaRMSNorm: normkit.nn.RMSNorm}, check=False) == 1
+    assert type(gemma[0]) is normkit.nn.RMSNorm
+
+    dtypes = (torch.float32, torch.float16, torch.bfloat16) if DEV == "cuda" else (torch.float32, torch.bfloat16)
+    for dtype in dtypes:
+        llama = torch.nn.Sequential(FakeLlamaRMSNorm(96)).to(DEV, dtype)
+        with torch.no_grad():
+            llama[0].weight.normal_()
+        assert normkit.swap_norms(llama, {FakeLlamaRMSNorm: normkit.nn.RMSNorm}) == 1, dtype
+
+    # a forward that cannot run on the probe is not silently trusted
+    class TakesTwo(FakeLlamaRMSNorm):
+        def forward(self, x, residual):
+            return super().forward(x + residual)
+
+    with pytest.raises(ValueError, match="cannot compare TakesTwo"):
+        normkit.swap_norms(torch.nn.Sequential(TakesTwo(8)), {TakesTwo: normkit.nn.RMSNorm})
+    # parameters on the meta device have no values: not compared
+    meta = torch.nn.Sequential(FakeGemmaRMSNorm(8).to("meta"))
+    assert normkit.swap_norms(meta, {FakeGemmaRMSNorm: normkit.nn.RMSNorm}) == 1
 
 
 def test_swap_norms_shared_module_stays_shared():
