@@ -54,8 +54,7 @@ def _check_same_function(module, new):
     swap_norms' `mapping` and from_module take any class with the attribute convention, and nothing in
     the attributes says what its forward does with them. The module's forward is called directly (no
     hooks run) under no_grad; a module on the meta device has no values to compare and is not checked."""
-    kinds = (torch.nn.LayerNorm, torch.nn.RMSNorm)
-    if type(module) in kinds + (LayerNorm, RMSNorm):
+    if type(module) in (torch.nn.LayerNorm, torch.nn.RMSNorm, LayerNorm, RMSNorm):
         return
     ref_param = next((p for p in (new.weight, getattr(new, "bias", None)) if p is not None), None)
     device = ref_param.device if ref_param is not None else torch.device("cpu")
