@@ -35,13 +35,22 @@ BackwardParams<T, W> make_backward_params(const BackwardProblem& p, const Plan& 
 /// dx of one element from its terms, with the row means taken from the row sums over N columns
 /// (inv_cols = 1 / N): dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), RMSNorm without mean(g).
 /// Shared by the cached rows (RowGrad::store_dx), the fused kernel's wide rows and the streamed dX.
-template <bool kRms>
+/// kFma (LayerNorm, fma_row_terms): two FMAs, g * rstd + (-rstd * mean(g)) + xhat * (-rstd *
+/// mean(g * xhat)), the two products rounded once a row, instead of three operations (RMSNorm's form
+/// is two already). Not exactly 0 where g == mean(g) (N = 1), which the exact form is.
+template <bool kRms, bool kFma = false>
 struct DxOfRow {
   float rstd, mean_g, mean_g_xhat;
+  float g_offset, xhat_factor;  // kFma: -rstd * mean(g), -rstd * mean(g * xhat)
   __device__ __forceinline__ DxOfRow(float rstd_, float sum_g, float sum_g_xhat, float inv_cols)
-      : rstd(rstd_), mean_g(kRms ? 0.f : sum_g * inv_cols), mean_g_xhat(sum_g_xhat * inv_cols) {}
+      : rstd(rstd_),
+        mean_g(kRms ? 0.f : sum_g * inv_cols),
+        mean_g_xhat(sum_g_xhat * inv_cols),
+        g_offset(-rstd_ * mean_g),
+        xhat_factor(-rstd_ * mean_g_xhat) {}
   __device__ __forceinline__ float operator()(float g, float xhat) const {
-    return rstd * (g - mean_g - xhat * mean_g_xhat);
+    if constexpr (kFma && !kRms) return fmaf(xhat, xhat_factor, fmaf(g, rstd, g_offset));
+    else return rstd * (g - mean_g - xhat * mean_g_xhat);
   }
 };
 
@@ -54,14 +63,14 @@ struct RowGrad {
   float xhat[ITEMS][VEC];
   float g[ITEMS][VEC];
 
-  template <typename T, typename W>
+  template <typename T, typename W, bool kRms, bool kFma>
   __device__ __forceinline__ void compute(const RowFragment<T, ITEMS, VEC>& x, const RowFragment<T, ITEMS, VEC>& dy,
-                                          const WeightFragment<W, ITEMS, VEC>& w, float mean, float rstd) {
+                                          const WeightFragment<W, ITEMS, VEC>& w, const RowXhat<kRms, kFma>& xhat_of) {
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
-        xhat[k][i] = (x.at(k, i) - mean) * rstd;
+        xhat[k][i] = xhat_of(x.at(k, i));
         g[k][i] = __fmul_rn(dy.at(k, i), w.at(k, i));  // rounded once, no FMA contraction (see dx)
       }
   }
@@ -82,11 +91,11 @@ struct RowGrad {
   /// With the row sums reduced over the group (and the cluster of a split row): dx = rstd * (g -
   /// mean(g) - xhat * mean(g * xhat)) (RMSNorm: no mean(g) term) for this lane's slots of a row of
   /// N columns (inv_cols = 1 / N), `n` of them in this block. g - mean(g) is exactly 0 where the row is constant
-  /// (N = 1) because g is the same rounded product in both.
-  template <bool kRms, typename T>
+  /// (N = 1) because g is the same rounded product in both (the exact form; kFma is for split rows only).
+  template <bool kRms, bool kFma, typename T>
   __device__ __forceinline__ void store_dx(T* dx_row, float rstd, float sum_g, float sum_g_xhat, const RowGroup& grp,
                                            float inv_cols, int n, bool active) const {
-    const DxOfRow<kRms> dx(rstd, sum_g, sum_g_xhat, inv_cols);
+    const DxOfRow<kRms, kFma> dx(rstd, sum_g, sum_g_xhat, inv_cols);
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k)
       store_slot<T, VEC>(dx_row, grp, k, n, active, [&](int i) { return dx(g[k][i], xhat[k][i]); });
@@ -272,6 +281,7 @@ template <bool kStaged, bool kSplit, bool kRms, int ITEMS, int VEC, typename T, 
 __device__ __forceinline__ void dx_cached_rows(const BackwardParams<T, W>& p, const RowGroup& g, const RowWalk& walk,
                                                GroupScratch& scratch) {
   constexpr bool kKeepWeights = keep_weights<W, ITEMS, VEC, kStaged>();
+  constexpr bool kFma = fma_row_terms<T>(kSplit);
   const W* weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
   WeightFragment<W, ITEMS, VEC> w;
   if constexpr (kKeepWeights) w.load(weight, g, walk.cols, 1.f);
@@ -285,13 +295,13 @@ __device__ __forceinline__ void dx_cached_rows(const BackwardParams<T, W>& p, co
                       const RowFragment<T, ITEMS, VEC>& dyv, float mean, float rstd) {
         if constexpr (!kKeepWeights) w.load(weight, g, walk.cols, 1.f);
         RowGrad<ITEMS, VEC> row;
-        row.compute(xv, dyv, w, mean, rstd);
+        row.compute(xv, dyv, w, RowXhat<kRms, kFma>(mean, rstd));
         float sums[2];
         row.sums(sums[0], sums[1]);
         row_group_sum(sums, g.threads, scratch);
         if constexpr (kSplit) cluster.sum(sums);
-        row.template store_dx<kRms>(p.dx.row(active ? r : 0) + walk.col0, rstd, sums[0], sums[1], g, p.inv_cols, walk.cols,
-                                    active);
+        row.template store_dx<kRms, kFma>(p.dx.row(active ? r : 0) + walk.col0, rstd, sums[0], sums[1], g, p.inv_cols,
+                                          walk.cols, active);
       });
   if constexpr (kSplit) cluster.finish();
 }

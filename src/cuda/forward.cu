@@ -520,6 +520,7 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
       rstd = rsqrtf(m2 * inv_n + p.eps);
     }
     T* const y_row = p.y.row(r) + walk.col0;
+    const RowXhat<kRms, fma_row_terms<T>(true)> xhat_of(mean, rstd);
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       if constexpr (kRms) {
@@ -544,7 +545,7 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
         const Pack<T, VEC> xk = xv.pack(k);
         float y[VEC];
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) y[i] = (xk.get(i) - mean) * rstd;
+        for (int i = 0; i < VEC; ++i) y[i] = xhat_of(xk.get(i));
         if (col < walk.cols) {
           float w[VEC], b[VEC];
           if (weight != nullptr && bias != nullptr) {

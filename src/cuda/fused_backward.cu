@@ -86,6 +86,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   // Staged walks keep the weights for all their rows; unstaged ones load them with each row, in the
   // same round trip (keep_weights); the wide rows load them slot by slot where they are used.
   constexpr bool kKeepWeights = kStaged && !kWide;
+  constexpr bool kFma = fma_row_terms<T>(kSplit);  // xhat and dx as FMAs (RowXhat)
   const W* weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
   WeightFragment<W, kWide ? 1 : ITEMS, VEC> w;  // unused by the wide rows (they load per slot)
   if constexpr (kKeepWeights) w.load(weight, g, walk.cols, 1.f);
@@ -173,6 +174,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   };
   // Accumulates the row into dgamma / dbeta and returns this lane's row sums of g and g * xhat.
   const auto accumulate = [&](const auto& xv, const auto& dyv, float mean, float rstd, float (&sums)[2]) {
+    const RowXhat<kRms, kFma> xhat_of(mean, rstd);
     sums[0] = sums[1] = 0.f;
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
@@ -182,7 +184,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         const float dy = dyk.get(i);
-        const float xhat = (xk.get(i) - mean) * rstd;
+        const float xhat = xhat_of(xk.get(i));
         const float gv = __fmul_rn(dy, wk[i]);
         acc_dgamma[k][i] += dy * xhat;
         acc_dbeta[k][i] += dy;
@@ -194,7 +196,8 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   // dx of the row from its sums over the whole row.
   const auto store_dx = [&](std::int64_t r, bool active, const auto& xv, const auto& dyv, float mean, float rstd,
                             const float (&sums)[2]) {
-    const DxOfRow<kRms> dx(rstd, sums[0], sums[1], p.inv_cols);
+    const DxOfRow<kRms, kFma> dx(rstd, sums[0], sums[1], p.inv_cols);
+    const RowXhat<kRms, kFma> xhat_of(mean, rstd);
     T* const dx_row = p.dx.row(active ? r : 0) + walk.col0;
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
@@ -202,7 +205,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
       float wk[VEC];
       weights(k, wk, std::false_type{});
       store_slot<T, VEC>(dx_row, g, k, walk.cols, active, [&](int i) {
-        return dx(__fmul_rn(dyk.get(i), wk[i]), (xk.get(i) - mean) * rstd);
+        return dx(__fmul_rn(dyk.get(i), wk[i]), xhat_of(xk.get(i)));
       });
     }
   };
@@ -243,7 +246,7 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
           } else {
             if constexpr (!kKeepWeights) w.load(weight, g, walk.cols, 1.f);
             RowGrad<ITEMS, VEC> row;
-            row.compute(xv, dyv, w, mean, rstd);
+            row.compute(xv, dyv, w, RowXhat<kRms, kFma>(mean, rstd));
             // inactive groups hold zeros: they add nothing (dy = 0)
 #pragma unroll
             for (int k = 0; k < ITEMS; ++k)
@@ -257,8 +260,8 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
               float sums[2];
               row.sums(sums[0], sums[1]);
               row_sums(sums);
-              row.template store_dx<kRms>(p.dx.row(active ? r : 0) + walk.col0, rstd, sums[0], sums[1], g, p.inv_cols,
-                                          walk.cols, active);
+              row.template store_dx<kRms, kFma>(p.dx.row(active ? r : 0) + walk.col0, rstd, sums[0], sums[1], g,
+                                                p.inv_cols, walk.cols, active);
             }
           }
         });

@@ -26,6 +26,27 @@ struct RowGroup {
   __device__ __forceinline__ int column(int k) const { return (k * threads + lane) * VEC; }
 };
 
+/// Whether a row walk forms xhat and dx as FMAs (RowXhat, DxOfRow<kRms, true>): rows of 16-bit elements
+/// split over a cluster, whose walks are bound by their instructions (docs/NOTES.md entry 73 and Open).
+template <typename T>
+constexpr bool fma_row_terms(bool split) { return split && sizeof(T) == 2; }
+
+/// xhat = (x - mean) * rstd of one row's elements (RMSNorm: x * rstd). kFma: one FMA an element, x *
+/// rstd + (-mean * rstd), the product rounded once a row, instead of a subtraction and a product. That
+/// moves xhat by up to |mean| * rstd * 2^-24 (6e-7 at a mean 10 standard deviations off zero), far
+/// below a 16-bit row's rounding; but where x == mean (a constant row) xhat is that rounding residual,
+/// not 0: the row walks of short rows keep the exact form (fma_row_terms).
+template <bool kRms, bool kFma>
+struct RowXhat {
+  float mean, rstd, shift;
+  __device__ __forceinline__ RowXhat(float mean_, float rstd_) : mean(mean_), rstd(rstd_), shift(-mean_ * rstd_) {}
+  __device__ __forceinline__ float operator()(float x) const {
+    if constexpr (kRms) return x * rstd;
+    else if constexpr (kFma) return fmaf(x, rstd, shift);
+    else return (x - mean) * rstd;
+  }
+};
+
 /// ITEMS vectors of VEC elements of one row, held in registers in their storage type (half the
 /// registers of fp32 for 16-bit types) and converted to fp32 where used. All math is fp32.
 template <typename T, int ITEMS, int VEC>
