@@ -6,7 +6,7 @@
 #
 #   scripts/gpu-check.sh [stage ...]     stages: build ctest python bench (= seed llm) llm-unstaged sweep profile
 #                                        profile-wide profile-peers pyprobe pysmoke peers e2e host tables tune
-#                                        ab racecheck ceiling
+#                                        ab racecheck ceiling clocks
 #                                        (default: build ctest python bench)
 #
 # Environment: OUT (log folder, default ./gpu-check-out), JOBS (build parallelism, default nproc),
@@ -281,6 +281,35 @@ if has_stage ab; then
       --md "$RESULTS/ab.md"
     say "  ab: ${AB_BENCH_ARGS[*]} -> results/ab.md"
   fi
+fi
+if has_stage clocks; then
+  # Whether the spread between repeats of one measurement follows the SM clock (the wide rows' times
+  # moved 10 % between calls minutes apart, docs/NOTES.md entry 75): CLOCK_REPEATS rounds (default 5) of
+  # one normkit-bench invocation per shape of CLOCK_SHAPES and op of CLOCK_OPS (CLOCK_ARGS: the rest of
+  # its arguments), while nvidia-smi samples the clocks, power, temperature and clock-event reasons every
+  # 50 ms; bench/clock_spread.py sets each invocation's time beside the samples of its window.
+  reasons=clocks_event_reasons.active
+  nvidia-smi --query-gpu=$reasons --format=csv,noheader > /dev/null 2>&1 || reasons=clocks_throttle_reasons.active
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons \
+    --format=csv,noheader,nounits -lms 50 > "$LOGS/clocks.csv" 2>&1 &
+  sampler=$!
+  read -r -a CLOCK_BENCH_ARGS <<< "${CLOCK_ARGS:---dtype bf16 --strategy auto --mode graph --runs 1 --iters 200}"
+  : > "$WORK/clock-windows.txt"
+  for round in $(seq 1 "${CLOCK_REPEATS:-5}"); do
+    for shape in ${CLOCK_SHAPES:-4096x262144 2048x65536}; do
+      for op in ${CLOCK_OPS:-ln_bwd rms_bwd ln_fwd}; do
+        json="$RESULTS/clocks-$round-$shape-$op.json"
+        start=$(date +%s.%N)
+        "$BENCH" --shape "$shape" --op "$op" "${CLOCK_BENCH_ARGS[@]}" --commit "$COMMIT" --json "$json" \
+          >> "$LOGS/clocks-bench.log" 2>&1
+        echo "$json $start $(date +%s.%N)" >> "$WORK/clock-windows.txt"
+      done
+    done
+  done
+  kill "$sampler" 2> /dev/null
+  run_stage clocks python3 bench/clock_spread.py --windows "$WORK/clock-windows.txt" --samples "$LOGS/clocks.csv" \
+    --md "$RESULTS/clocks.md"
+  sed -n '/^| case | op | dtype | repeats/,$p' "$RESULTS/clocks.md" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
 if has_stage peers; then
   # normkit through its Python layer (installed here unless the python stage did); Liger when present
