@@ -7,8 +7,9 @@ measurement follows the SM clock (`scripts/gpu-check.sh clocks`).
 runs.txt: one line a normkit-bench invocation, "<json path> <start unix s> <end unix s>". clocks.csv:
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,<reasons> --format=csv,
 noheader,nounits sampled every few tens of ms while the invocations ran (its timestamps are local time, like
-the windows'). For each invocation and record: the time, and the SM clock, power and temperature sampled
-inside that invocation's window (mean, and the lowest clock), with the clock-event reasons seen there. Then,
+the windows'). For each record: the time, and the SM clock, power and temperature sampled inside the record's
+own window (normkit-bench's wall_start_ms / wall_end_ms: its warm-up and timed calls; else the invocation's),
+mean and lowest clock, with the clock-event reasons seen there. Then,
 per case, the repeats' spread and how much of it the clock would explain if the time scaled with 1 / clock.
 """
 import argparse
@@ -44,27 +45,30 @@ def window_stats(samples, start, end):
 
 
 def report(windows, samples):
-    lines = ["| repeat | case | op | dtype | time (us) | SM MHz mean / min | mem MHz | W | C | clock-event reasons |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| invocation | case | op | dtype | strategy | time (us) | SM MHz mean / min | mem MHz | W | C | clock-event reasons |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     per_case = {}
     for i, (path, start, end) in enumerate(windows, 1):
-        stats = window_stats(samples, start, end)
         with open(path) as f:
             records = [r for r in json.load(f)["records"] if r.get("ok")]
         for r in records:
-            k = (r["case"], r["op"], r["dtype"])
+            k = (r["case"], r["op"], r["dtype"], r.get("strategy", ""))
+            if r.get("wall_start_ms") is not None and r.get("wall_end_ms") is not None:
+                stats = window_stats(samples, r["wall_start_ms"] / 1e3, r["wall_end_ms"] / 1e3)
+            else:
+                stats = window_stats(samples, start, end)
             if stats is None:
-                lines.append(f"| {i} | {k[0]} | {k[1]} | {k[2]} | {r['time_us']:.2f} | no samples | | | | |")
+                lines.append(f"| {i} | {k[0]} | {k[1]} | {k[2]} | {k[3]} | {r['time_us']:.2f} | no samples | | | | |")
                 continue
             per_case.setdefault(k, []).append((r["time_us"], stats["sm_mean"]))
-            lines.append(f"| {i} | {k[0]} | {k[1]} | {k[2]} | {r['time_us']:.2f} | {stats['sm_mean']:.0f} / "
+            lines.append(f"| {i} | {k[0]} | {k[1]} | {k[2]} | {k[3]} | {r['time_us']:.2f} | {stats['sm_mean']:.0f} / "
                          f"{stats['sm_min']:.0f} | {stats['mem_mean']:.0f} | {stats['watts']:.0f} | "
                          f"{stats['celsius']:.0f} | {' '.join(stats['reasons'])} |")
-    lines += ["", "| case | op | dtype | repeats | slowest / fastest | clock of the fastest / of the slowest |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "| case | op | dtype | strategy | repeats | slowest / fastest | clock of the fastest / of the slowest |",
+              "|---|---|---|---|---|---|---|"]
     for k, runs in sorted(per_case.items()):
         fastest, slowest = min(runs), max(runs)
-        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {len(runs)} | {slowest[0] / fastest[0]:.3f} | "
+        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {len(runs)} | {slowest[0] / fastest[0]:.3f} | "
                      f"{fastest[1] / slowest[1]:.3f} |")
     lines += ["", "A time that follows the SM clock has slowest / fastest close to the clock ratio beside it; "
               "a ratio near 1.000 there means the spread is not the clock."]

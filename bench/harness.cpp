@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -331,6 +332,10 @@ normkit::Plan Setup::plan_with_table(OpKind op, Strategy strategy, const normkit
 
 // ---------------------------------------------------------------------------------------------
 namespace {
+std::int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 void summarize(Timing& t) {
   if (t.runs_us.empty()) return;
   std::vector<double> v = t.runs_us;
@@ -384,12 +389,14 @@ Timing measure(Backend& backend, Setup& setup, OpKind op, Strategy strategy, Tim
         t.warmup = std::max(1, int(double(t.warmup) * f));
       }
     }
+    t.wall_start_ms = unix_ms();
     if (mode == TimingMode::Events) {
       t.runs_us = backend.time_stream(call, t.warmup, t.iters, t.runs);
     } else {
       t.calls_per_graph = graph_calls(t.iters, sets);
       t.runs_us = backend.time_graph(call, t.warmup, t.calls_per_graph, t.runs);
     }
+    t.wall_end_ms = unix_ms();
     summarize(t);
     t.ok = true;
   } catch (const normkit::Error& e) {

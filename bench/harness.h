@@ -134,6 +134,9 @@ struct Timing {
   int warmup = 0, iters = 0, runs = 0;
   int calls_per_graph = 0;   ///< graph mode: calls captured in the graph
   std::string plan;          ///< Plan::describe() of what ran
+  /// Unix time (ms) around the timed calls, warm-up included: for setting a measurement beside the GPU's
+  /// clocks sampled meanwhile (bench/clock_spread.py).
+  std::int64_t wall_start_ms = 0, wall_end_ms = 0;
 };
 
 /// Times `op` forced to `strategy` (Auto = the planner's choice) in `mode`.

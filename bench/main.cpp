@@ -129,6 +129,8 @@ Record timing_record(const Context& ctx, const std::string& suite, const std::st
               {"calls_per_graph", t.calls_per_graph},
               {"sets", s.sets()},
               {"plan", t.plan},
+              {"wall_start_ms", t.ok ? Value(t.wall_start_ms) : Value::null()},
+              {"wall_end_ms", t.ok ? Value(t.wall_end_ms) : Value::null()},
               {"floor_bytes", bytes},
               {"floor_us", floor_us},
               {"GBps", t.ok ? Value(bytes / (t.mean_us * 1e-6) / 1e9) : Value::null()},

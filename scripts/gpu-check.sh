@@ -309,7 +309,7 @@ if has_stage clocks; then
   kill "$sampler" 2> /dev/null
   run_stage clocks python3 bench/clock_spread.py --windows "$WORK/clock-windows.txt" --samples "$LOGS/clocks.csv" \
     --md "$RESULTS/clocks.md"
-  sed -n '/^| case | op | dtype | repeats/,$p' "$RESULTS/clocks.md" | sed 's/^/  /' | tee -a "$SUMMARY"
+  sed -n '/^| case | op | dtype | strategy | repeats/,$p' "$RESULTS/clocks.md" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
 if has_stage peers; then
   # normkit through its Python layer (installed here unless the python stage did); Liger when present
