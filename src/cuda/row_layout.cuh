@@ -27,7 +27,7 @@ struct RowGroup {
 };
 
 /// Whether a row walk forms xhat and dx as FMAs (RowXhat, DxOfRow<kRms, true>): rows of 16-bit elements
-/// split over a cluster, whose walks are bound by their instructions (docs/NOTES.md entry 73 and Open).
+/// split over a cluster, whose walks are bound by their instructions (docs/NOTES.md entries 73, 75).
 template <typename T>
 constexpr bool fma_row_terms(bool split) { return split && sizeof(T) == 2; }
 
