@@ -284,10 +284,11 @@ if has_stage ab; then
 fi
 if has_stage clocks; then
   # Whether the spread between repeats of one measurement follows the SM clock (the wide rows' times
-  # moved 10 % between calls minutes apart, docs/NOTES.md entry 75): CLOCK_REPEATS rounds (default 5) of
-  # one normkit-bench invocation per shape of CLOCK_SHAPES and op of CLOCK_OPS (CLOCK_ARGS: the rest of
-  # its arguments), while nvidia-smi samples the clocks, power, temperature and clock-event reasons every
-  # 50 ms; bench/clock_spread.py sets each invocation's time beside the samples of its window.
+  # moved 10 % between calls minutes apart: the power cap, docs/NOTES.md entries 75-76): CLOCK_REPEATS
+  # rounds (default 5) of one normkit-bench invocation per shape of CLOCK_SHAPES and op list of CLOCK_OPS
+  # (CLOCK_ARGS: the rest of its arguments), while nvidia-smi samples the clocks, power, temperature and
+  # clock-event reasons every 50 ms; bench/clock_spread.py sets each measurement's time beside the samples
+  # of its own window (normkit-bench's wall_start_ms / wall_end_ms).
   reasons=clocks_event_reasons.active
   nvidia-smi --query-gpu=$reasons --format=csv,noheader > /dev/null 2>&1 || reasons=clocks_throttle_reasons.active
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons \
