@@ -363,6 +363,8 @@ INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                                          rms_spec("rms_M333_N32768_f32", 333, 32768, DT::F32),
                                          split_strided(ln_spec("ln_M100_N16384_bf16_pad8_16_24", 100, 16384, DT::BF16)),
                                          split_no_weight(ln_spec("ln_M200_N24576_bf16_noweight", 200, 24576, DT::BF16)),
+                                         // RMSNorm's 16-bit split rows without a weight (ones in its place), staged
+                                         split_no_weight(rms_spec("rms_M120_N65536_bf16_noweight", 120, 65536, DT::BF16)),
                                          split_bias_only(ln_spec("ln_M90_N57352_bf16", 90, 57352, DT::BF16)),
                                          split_weight_only(ln_spec("ln_M90_N24576_f16", 90, 24576, DT::F16)),
                                          // fused wide rows (kFusedWideItems per thread): 16 blocks a row
