@@ -376,6 +376,11 @@ INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                                          // RMSNorm's wide rows too: their slots are read without predicates
                                          // (NOTES entry 73), so a short last slice and padding slots matter
                                          rms_spec("rms_M50_N65544_f16", 50, 65544, DT::F16),
+                                         // RMSNorm's 16-bit wide rows (deferred sums, the first warp sends the
+                                         // block's): fp16, fp32 weights on 12 of 16 blocks' slices, no weight
+                                         rms_spec("rms_M40_N262144_f16", 40, 262144, DT::F16),
+                                         with_weight_dtype(rms_spec("rms_M30_N196608_bf16_w32", 30, 196608, DT::BF16), DT::F32),
+                                         split_no_weight(rms_spec("rms_M24_N262144_bf16_noweight", 24, 262144, DT::BF16)),
                                          ln_spec("ln_M50_N45056_f16", 50, 45056, DT::F16),
                                          rms_spec("rms_M33_N53248_bf16", 33, 53248, DT::BF16),
                                          ln_spec("ln_M40_N28672_f32", 40, 28672, DT::F32),
