@@ -376,8 +376,9 @@ INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                                          // RMSNorm's wide rows too: their slots are read without predicates
                                          // (NOTES entry 73), so a short last slice and padding slots matter
                                          rms_spec("rms_M50_N65544_f16", 50, 65544, DT::F16),
-                                         // RMSNorm's 16-bit wide rows (deferred sums, the first warp sends the
-                                         // block's): fp16, fp32 weights on 12 of 16 blocks' slices, no weight
+                                         // RMSNorm's 16-bit wide rows (deferred sums): fp16; fp32 weights on 196608
+                                         // columns (12 blocks' worth over a cluster of 16: padding slots in every
+                                         // block); no weight
                                          rms_spec("rms_M40_N262144_f16", 40, 262144, DT::F16),
                                          with_weight_dtype(rms_spec("rms_M30_N196608_bf16_w32", 30, 196608, DT::BF16), DT::F32),
                                          split_no_weight(rms_spec("rms_M24_N262144_bf16_noweight", 24, 262144, DT::BF16)),
