@@ -2,7 +2,9 @@
 // aten::native_layer_norm(_backward) and aten::_fused_rms_norm(_backward).
 //
 // Shapes: M rows (product of the leading dims) of N elements (product of the normalized dims; a
-// multi-dim normalized shape is just a larger N). Activations x, y, dy, dx share one dtype T
+// multi-dim normalized shape is just a larger N). M = 0 is an empty call (dweight/dbias are zeros);
+// N = 0 with M > 0 is rejected (a normalized row needs an element; the PyTorch ops answer it as ATen
+// does, without a call). Activations x, y, dy, dx share one dtype T
 // (F32, F16, BF16 on CUDA; also F64 on CPU). weight/bias/dweight/dbias share one dtype W, which is
 // T or F32. mean/rstd are F32 per row (F64 when T is F64).
 //

@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cfloat>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -155,6 +156,18 @@ at::ScalarType stats_dtype(const Tensor& x) {
   return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
+/// Rows of N = 0 elements (M > 0): PyTorch returns them, with y empty and the statistics of an empty
+/// row as its kernels compute them -- mean 0 (LayerNorm) and rstd NaN (a variance, or mean square, of
+/// 0 / 0) -- and their backward has nothing to write (dx, dweight, dbias have no elements). normkit's
+/// C++ API rejects such rows (a normalized row needs an element); this layer answers them itself so
+/// that the ops stay drop-ins, on every device (no kernel of normkit's runs).
+bool empty_normalized_rows(const Shape& s) { return s.rows > 0 && s.cols == 0; }
+
+void fill_empty_row_stats(Tensor* mean, Tensor& rstd) {
+  if (mean != nullptr) mean->zero_();
+  rstd.fill_(std::numeric_limits<double>::quiet_NaN());
+}
+
 /// Device, dtype and shape checks the library cannot make (it sees pointers, not tensors).
 void check_tensor(const char* op, const char* name, const Tensor& t, const Tensor& x) {
   TORCH_CHECK(t.defined(), "normkit.", op, ": argument '", name, "' is undefined");
@@ -257,6 +270,10 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_forward(const Tensor& x_in, at::In
   Tensor mean = at::empty(stats_shape(x_in, s), st_opts);
   Tensor rstd = at::empty(stats_shape(x_in, s), st_opts);
   if (s.rows == 0) return {y, mean, rstd};
+  if (empty_normalized_rows(s)) {
+    fill_empty_row_stats(&mean, rstd);
+    return {y, mean, rstd};
+  }
 
   Exec exec;
   make_exec(exec, op, x_in, "auto");
@@ -336,6 +353,7 @@ std::tuple<OptTensor, OptTensor, OptTensor> layer_norm_backward(const Tensor& dy
     if (dbias.defined()) dbias.zero_();
     return {opt(dx), opt(dweight), opt(dbias)};
   }
+  if (empty_normalized_rows(s)) return {opt(dx), opt(dweight), opt(dbias)};  // no elements to write
   if (!dx.defined() && !dweight.defined() && !dbias.defined()) return {opt(dx), opt(dweight), opt(dbias)};
 
   normkit::LayerNormBackwardArgs args;
@@ -391,6 +409,10 @@ std::tuple<Tensor, Tensor> rms_norm_forward(const Tensor& x_in, at::IntArrayRef 
   Tensor y = at::empty(x_in.sizes(), x_in.options().memory_format(at::MemoryFormat::Contiguous));
   Tensor rstd = at::empty(stats_shape(x_in, s), x_in.options().dtype(stats_dtype(x_in)));
   if (s.rows == 0) return {y, rstd};
+  if (empty_normalized_rows(s)) {
+    fill_empty_row_stats(nullptr, rstd);
+    return {y, rstd};
+  }
 
   Exec exec;
   make_exec(exec, op, x_in, "auto");
@@ -435,6 +457,7 @@ std::tuple<OptTensor, OptTensor> rms_norm_backward(const Tensor& dy_in, const Te
     if (dweight.defined()) dweight.zero_();
     return {opt(dx), opt(dweight)};
   }
+  if (empty_normalized_rows(s)) return {opt(dx), opt(dweight)};  // no elements to write
   if (!dx.defined() && !dweight.defined()) return {opt(dx), opt(dweight)};
 
   normkit::RmsNormBackwardArgs args;

@@ -191,6 +191,38 @@ def test_empty_rows():
         assert dx.shape == x.shape and torch.equal(dw, torch.zeros_like(w))
 
 
+def test_empty_normalized_rows():
+    """Rows of N = 0 elements (M > 0): PyTorch returns them (y empty, mean 0, rstd NaN: the statistics
+    of 0 / 0) and their gradients are empty; normkit's ops and modules do the same on every device."""
+    for shape, ns in (((3, 5, 0), (0,)), ((4, 2, 0), (2, 0))):
+        for dtype in (torch.float32, torch.float64, torch.bfloat16):
+            x = torch.randn(shape, device=DEV, dtype=dtype)
+            w = torch.randn(ns, device=DEV, dtype=dtype)
+            y, mean, rstd = ops.layer_norm_forward(x, list(ns), w, w, 1e-5)
+            t_y, t_mean, t_rstd = torch.native_layer_norm(x, list(ns), w, w, 1e-5)
+            assert y.shape == t_y.shape and mean.shape == t_mean.shape and rstd.shape == t_rstd.shape
+            stats_dtype = torch.float64 if dtype == torch.float64 else torch.float32  # ATen's on CUDA (its CPU: x's)
+            assert mean.dtype == stats_dtype and rstd.dtype == stats_dtype
+            assert torch.equal(mean, torch.zeros_like(mean)) and bool(rstd.isnan().all())
+            if DEV == "cpu":
+                assert torch.equal(mean, t_mean) and bool(t_rstd.isnan().all())
+            dx, dw, db = ops.layer_norm_backward(x, x, list(ns), mean, rstd, w, w, [True, True, True])
+            assert dx.shape == x.shape and dw.shape == w.shape and db.shape == w.shape
+            y, rstd = ops.rms_norm_forward(x, list(ns), w, None)
+            assert y.shape == x.shape and rstd.shape == mean.shape and bool(rstd.isnan().all())
+            dx, dw = ops.rms_norm_backward(x, x, list(ns), rstd, w, [True, True])
+            assert dx.shape == x.shape and dw.shape == w.shape
+        # through autograd and the modules, as torch.nn's
+        for ours, theirs in ((normkit.nn.LayerNorm(ns, device=DEV), torch.nn.LayerNorm(ns, device=DEV)),
+                             (normkit.nn.RMSNorm(ns, device=DEV), torch.nn.RMSNorm(ns, device=DEV))):
+            xs = [torch.randn(shape, device=DEV, requires_grad=True) for _ in range(2)]
+            outs = [ours(xs[0]), theirs(xs[1])]
+            for out in outs:
+                out.sum().backward()
+            assert outs[0].shape == outs[1].shape and xs[0].grad.shape == xs[1].grad.shape
+            assert ours.weight.grad.shape == theirs.weight.grad.shape
+
+
 def test_meta_and_fake_tensors():
     x = torch.empty(6, 4, 8, device="meta", dtype=torch.bfloat16)
     w = torch.empty(4, 8, device="meta", dtype=torch.float32)
