@@ -226,7 +226,11 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
       row_group_sum2<kForwardGroupLocal>(sum, sq, g.threads, scratch);
       const float shifted_mean = sum * inv_n;
       const float mean = kRms ? 0.f : shift + shifted_mean;
-      const float var = kRms ? sq * inv_n : fmaxf(sq * inv_n - shifted_mean * shifted_mean, 0.f);
+      // E[d^2] - E[d]^2 can round below 0; clamped by a compare, not fmaxf, which would turn the NaN
+      // of a row holding a NaN or an infinity into 0 and report a finite rstd for it (the reference's
+      // is NaN; tests/gpu/test_nonfinite.cpp)
+      const float raw_var = sq * inv_n - shifted_mean * shifted_mean;
+      const float var = kRms ? sq * inv_n : (raw_var < 0.f ? 0.f : raw_var);
       const float rstd = rsqrtf(var + p.eps);
       if (active) {
         T* y_row = p.y.row(r);
