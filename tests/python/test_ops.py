@@ -234,6 +234,75 @@ def test_meta_and_fake_tensors():
     assert dw is None and db.dtype == torch.bfloat16 and db.shape == (4, 8)
 
 
+def test_eager_entry_point_and_its_fallbacks(monkeypatch):
+    """normkit.layer_norm / rms_norm call _C's unboxed entry point in eager mode (the same op through
+    the dispatcher: autograd and __torch_dispatch__ modes still see it), and torch.ops.normkit.* where
+    Python-level handling is needed: __torch_function__ modes and overrides, FX tracing, non-tensors."""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    real = normkit.functional._C
+    calls = []
+
+    class CountingC:
+        def _layer_norm(self, *args):
+            calls.append("ln")
+            return real._layer_norm(*args)
+
+        def _rms_norm(self, *args):
+            calls.append("rms")
+            return real._rms_norm(*args)
+
+    monkeypatch.setattr(normkit.functional, "_C", CountingC())
+    x, dy, w, b = make_inputs((5, 3, 32), (32,), torch.float32, DEV, affine=True, bias=True)
+    grads = []
+    for eager in (True, False):
+        xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
+        if eager:
+            y = normkit.layer_norm(xg, (32,), wg, bg, 1e-5)
+            r = normkit.rms_norm(xg, 32, wg)
+            assert calls == ["ln", "rms"]
+        else:
+            y = ops.layer_norm_forward(xg, [32], wg, bg, 1e-5)[0]
+            r = ops.rms_norm_forward(xg, [32], wg, None)[0]
+        torch.autograd.backward((y, r), (dy, dy))
+        grads.append([y.detach(), r.detach(), xg.grad, wg.grad, bg.grad])
+    for got, want in zip(*grads):
+        assert torch.equal(got, want)
+
+    class SeenFunctions(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    class SeenOps(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    calls.clear()
+    with SeenFunctions() as mode:
+        normkit.layer_norm(x, (32,), w, b)
+        normkit.rms_norm(x, (32,), w)
+    assert calls == [] and any("normkit.layer_norm_forward" in f for f in mode.seen), mode.seen
+    assert any("normkit.rms_norm_forward" in f for f in mode.seen), mode.seen
+    with SeenOps() as mode:
+        normkit.layer_norm(x, (32,), w, b)
+    assert calls == ["ln"] and "normkit.layer_norm_forward.default" in mode.seen, mode.seen
+    traced = torch.fx.symbolic_trace(normkit.nn.RMSNorm(32, device=DEV))
+    assert "torch.ops.normkit.rms_norm_forward" in traced.code
+    with pytest.raises(RuntimeError, match="normkit::layer_norm_forward"):
+        normkit.layer_norm([1.0, 2.0], (2,))
+
+
 # ---------------------------------------------------------------------------------------------
 # errors: every message names the offending argument
 # ---------------------------------------------------------------------------------------------
