@@ -51,11 +51,30 @@ using at::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-std::string strategy_at_forward() { return normkit_torch::backward_strategy().value_or("auto"); }
+using Shape = c10::SymIntArrayRef;
 
+// What a forward keeps for its backward besides the saved tensors: the count of normalized dims (the
+// shape is x's last ones) and the strategy forced when it ran, if any. Nothing else goes into
+// saved_data: each entry is a map insert with a string key, and weight / bias presence is the saved
+// tensors' own (an undefined tensor saves as undefined). Host time of forward + backward at 2 x 8 CPU
+// tensors: docs/NOTES.md entry 79.
+void save_forward_facts(AutogradContext* ctx, Shape normalized_shape) {
+  ctx->saved_data["dims"] = static_cast<int64_t>(normalized_shape.size());
+  if (auto forced = normkit_torch::backward_strategy()) ctx->saved_data["strategy"] = *forced;
+}
+
+/// The normalized shape of the forward whose input was `x`.
+Shape normalized_shape_of(AutogradContext* ctx, const Tensor& x) {
+  const auto dims = static_cast<size_t>(ctx->saved_data.at("dims").toInt());
+  const auto sizes = x.sym_sizes();
+  return sizes.slice(sizes.size() - dims);
+}
+
+/// The strategy forced on this thread, else the one forced when the forward ran, else "auto".
 std::string strategy_for_backward(AutogradContext* ctx) {
-  const auto current = normkit_torch::backward_strategy();
-  return current ? *current : ctx->saved_data["strategy"].toStringRef();
+  if (auto current = normkit_torch::backward_strategy()) return *current;
+  const auto at_forward = ctx->saved_data.find("strategy");
+  return at_forward != ctx->saved_data.end() ? at_forward->second.toStringRef() : std::string("auto");
 }
 
 std::optional<Tensor> present(const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; }
@@ -74,8 +93,6 @@ auto call_op(const Op& op, bool below_autograd, Args&&... args) {
   return op.call(std::forward<Args>(args)...);
 }
 
-using Shape = c10::SymIntArrayRef;
-
 class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
  public:
   /// The forward op's typed handle (looked up once).
@@ -92,10 +109,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [y, mean, rstd] = op().call(x, normalized_shape, weight, bias, eps);
     ctx->save_for_backward({x, or_undefined(weight), or_undefined(bias), mean, rstd});
-    ctx->saved_data["normalized_shape"] = normalized_shape.vec();
-    ctx->saved_data["has_weight"] = has(weight);
-    ctx->saved_data["has_bias"] = has(bias);
-    ctx->saved_data["strategy"] = strategy_at_forward();
+    save_forward_facts(ctx, normalized_shape);
     ctx->mark_non_differentiable({mean, rstd});
     // No zero tensors for the undefined gradients of mean and rstd (the default materialises them:
     // two fill kernels and ~56 us of host time per call on the H200); backward handles undefined.
@@ -111,16 +125,14 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
                 const Tensor&, const Tensor&, Shape, const Tensor&, const Tensor&, const std::optional<Tensor>&,
                 const std::optional<Tensor>&, std::array<bool, 3>, c10::string_view)>();
     const variable_list saved = ctx->get_saved_variables();
-    const bool has_weight = ctx->saved_data["has_weight"].toBool();
-    const bool has_bias = ctx->saved_data["has_bias"].toBool();
+    const bool has_weight = saved[1].defined(), has_bias = saved[2].defined();
     // Edges exist for the tensors that were passed: x, then weight and bias when present.
     const std::array<bool, 3> mask = {ctx->needs_input_grad(0), has_weight && ctx->needs_input_grad(1),
                                       has_bias && ctx->needs_input_grad(has_weight ? 2 : 1)};
     const Tensor& grad_y = grads[0];
     if (!grad_y.defined() || !(mask[0] || mask[1] || mask[2])) return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
-    const std::vector<c10::SymInt> shape = ctx->saved_data["normalized_shape"].toSymIntVector();
     const std::string strategy = strategy_for_backward(ctx);
-    auto [dx, dweight, dbias] = call_op(op, !at::GradMode::is_enabled(), grad_y, saved[0], Shape(shape), saved[3],
+    auto [dx, dweight, dbias] = call_op(op, !at::GradMode::is_enabled(), grad_y, saved[0], normalized_shape_of(ctx, saved[0]), saved[3],
                                         saved[4], present(saved[1]), present(saved[2]), mask, strategy);
     return {or_undefined(dx), Tensor(), or_undefined(dweight), or_undefined(dbias), Tensor()};
   }
@@ -142,9 +154,7 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [y, rstd] = op().call(x, normalized_shape, weight, eps);
     ctx->save_for_backward({x, or_undefined(weight), rstd});
-    ctx->saved_data["normalized_shape"] = normalized_shape.vec();
-    ctx->saved_data["has_weight"] = has(weight);
-    ctx->saved_data["strategy"] = strategy_at_forward();
+    save_forward_facts(ctx, normalized_shape);
     ctx->mark_non_differentiable({rstd});
     ctx->set_materialize_grads(false);  // as in LayerNormFunction: no zero gradient for rstd
     return {y, rstd};
@@ -157,13 +167,12 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
                                    const Tensor&, const Tensor&, Shape, const Tensor&, const std::optional<Tensor>&,
                                    std::array<bool, 2>, c10::string_view)>();
     const variable_list saved = ctx->get_saved_variables();
-    const bool has_weight = ctx->saved_data["has_weight"].toBool();
+    const bool has_weight = saved[1].defined();
     const std::array<bool, 2> mask = {ctx->needs_input_grad(0), has_weight && ctx->needs_input_grad(1)};
     const Tensor& grad_y = grads[0];
     if (!grad_y.defined() || !(mask[0] || mask[1])) return {Tensor(), Tensor(), Tensor(), Tensor()};
-    const std::vector<c10::SymInt> shape = ctx->saved_data["normalized_shape"].toSymIntVector();
     const std::string strategy = strategy_for_backward(ctx);
-    auto [dx, dweight] = call_op(op, !at::GradMode::is_enabled(), grad_y, saved[0], Shape(shape), saved[2],
+    auto [dx, dweight] = call_op(op, !at::GradMode::is_enabled(), grad_y, saved[0], normalized_shape_of(ctx, saved[0]), saved[2],
                                  present(saved[1]), mask, strategy);
     return {or_undefined(dx), Tensor(), or_undefined(dweight), Tensor()};
   }
