@@ -93,6 +93,16 @@ auto call_op(const Op& op, bool below_autograd, Args&&... args) {
   return op.call(std::forward<Args>(args)...);
 }
 
+/// The statistics of a forward run inside Function::apply, handed back through this out-parameter (an
+/// argument that is not a tensor: apply passes it through) rather than as outputs of the Function. As
+/// outputs they would have to be marked non-differentiable, and CppNode's compiled-autograd path
+/// (`compiled_args`, torch 2.11) asserts that no output is: an eager forward whose backward ran under
+/// compiled autograd failed with "ctx_.non_differentiable_.empty() INTERNAL ASSERT FAILED". Computed
+/// below autograd, they come back as plain tensors that do not require grad, as before.
+struct ForwardStats {
+  Tensor mean, rstd;
+};
+
 class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
  public:
   /// The forward op's typed handle (looked up once).
@@ -105,16 +115,17 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
   }
 
   static variable_list forward(AutogradContext* ctx, const Tensor& x, Shape normalized_shape,
-                               const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, double eps) {
+                               const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, double eps,
+                               ForwardStats* stats) {
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [y, mean, rstd] = op().call(x, normalized_shape, weight, bias, eps);
     ctx->save_for_backward({x, or_undefined(weight), or_undefined(bias), mean, rstd});
     save_forward_facts(ctx, normalized_shape);
-    ctx->mark_non_differentiable({mean, rstd});
-    // No zero tensors for the undefined gradients of mean and rstd (the default materialises them:
-    // two fill kernels and ~56 us of host time per call on the H200); backward handles undefined.
+    // An undefined gradient of y stays undefined (backward returns none) instead of a zero tensor.
     ctx->set_materialize_grads(false);
-    return {y, mean, rstd};
+    stats->mean = mean;
+    stats->rstd = rstd;
+    return {y};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -130,11 +141,12 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     const std::array<bool, 3> mask = {ctx->needs_input_grad(0), has_weight && ctx->needs_input_grad(1),
                                       has_bias && ctx->needs_input_grad(has_weight ? 2 : 1)};
     const Tensor& grad_y = grads[0];
-    if (!grad_y.defined() || !(mask[0] || mask[1] || mask[2])) return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    if (!grad_y.defined() || !(mask[0] || mask[1] || mask[2]))
+      return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
     const std::string strategy = strategy_for_backward(ctx);
     auto [dx, dweight, dbias] = call_op(op, !at::GradMode::is_enabled(), grad_y, saved[0], normalized_shape_of(ctx, saved[0]), saved[3],
                                         saved[4], present(saved[1]), present(saved[2]), mask, strategy);
-    return {or_undefined(dx), Tensor(), or_undefined(dweight), or_undefined(dbias), Tensor()};
+    return {or_undefined(dx), Tensor(), or_undefined(dweight), or_undefined(dbias), Tensor(), Tensor()};
   }
 };
 
@@ -150,14 +162,14 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   }
 
   static variable_list forward(AutogradContext* ctx, const Tensor& x, Shape normalized_shape,
-                               const std::optional<Tensor>& weight, std::optional<double> eps) {
+                               const std::optional<Tensor>& weight, std::optional<double> eps, ForwardStats* stats) {
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [y, rstd] = op().call(x, normalized_shape, weight, eps);
     ctx->save_for_backward({x, or_undefined(weight), rstd});
     save_forward_facts(ctx, normalized_shape);
-    ctx->mark_non_differentiable({rstd});
-    ctx->set_materialize_grads(false);  // as in LayerNormFunction: no zero gradient for rstd
-    return {y, rstd};
+    ctx->set_materialize_grads(false);  // as in LayerNormFunction
+    stats->rstd = rstd;
+    return {y};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -170,11 +182,11 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     const bool has_weight = saved[1].defined();
     const std::array<bool, 2> mask = {ctx->needs_input_grad(0), has_weight && ctx->needs_input_grad(1)};
     const Tensor& grad_y = grads[0];
-    if (!grad_y.defined() || !(mask[0] || mask[1])) return {Tensor(), Tensor(), Tensor(), Tensor()};
+    if (!grad_y.defined() || !(mask[0] || mask[1])) return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
     const std::string strategy = strategy_for_backward(ctx);
     auto [dx, dweight] = call_op(op, !at::GradMode::is_enabled(), grad_y, saved[0], normalized_shape_of(ctx, saved[0]), saved[2],
                                  present(saved[1]), mask, strategy);
-    return {or_undefined(dx), Tensor(), or_undefined(dweight), Tensor()};
+    return {or_undefined(dx), Tensor(), or_undefined(dweight), Tensor(), Tensor()};
   }
 };
 
@@ -196,8 +208,9 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_forward_autograd(const Tensor& x, 
     at::AutoDispatchBelowADInplaceOrView guard;
     return LayerNormFunction::op().call(x, normalized_shape, weight, bias, eps);
   }
-  const variable_list out = LayerNormFunction::apply(x, normalized_shape, weight, bias, eps);
-  return {out[0], out[1], out[2]};
+  ForwardStats stats;
+  const variable_list out = LayerNormFunction::apply(x, normalized_shape, weight, bias, eps, &stats);
+  return {out[0], std::move(stats.mean), std::move(stats.rstd)};
 }
 
 std::tuple<Tensor, Tensor> rms_norm_forward_autograd(const Tensor& x, Shape normalized_shape,
@@ -206,8 +219,9 @@ std::tuple<Tensor, Tensor> rms_norm_forward_autograd(const Tensor& x, Shape norm
     at::AutoDispatchBelowADInplaceOrView guard;
     return RmsNormFunction::op().call(x, normalized_shape, weight, eps);
   }
-  const variable_list out = RmsNormFunction::apply(x, normalized_shape, weight, eps);
-  return {out[0], out[1]};
+  ForwardStats stats;
+  const variable_list out = RmsNormFunction::apply(x, normalized_shape, weight, eps, &stats);
+  return {out[0], std::move(stats.rstd)};
 }
 
 }  // namespace

@@ -95,6 +95,28 @@ def test_compiled_graph_calls_normkit_ops():
     assert any("normkit.layer_norm_forward" in o for o in graph_ops), graph_ops
 
 
+def test_eager_forward_with_compiled_autograd_backward():
+    """An eager forward whose backward runs under compiled autograd (torch.compile of the backward graph
+    alone, as when only part of a model is compiled): normkit's autograd nodes must take that path and
+    give the eager gradients (they failed an internal assert of CppNode while the Functions marked their
+    statistics non-differentiable)."""
+    compiled_autograd = pytest.importorskip("torch._dynamo.compiled_autograd")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), normkit.nn.LayerNorm(32), torch.nn.GELU(),
+                                normkit.nn.RMSNorm(32), torch.nn.Linear(32, 4)).to(DEV)
+    x = torch.randn(8, 16, device=DEV)
+    model(x).square().sum().backward()
+    eager = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    torch._dynamo.reset()
+    loss = model(x).square().sum()
+    # (normkit's C++ nodes run eagerly inside the compiled backward graph: a graph break, not an error)
+    with compiled_autograd._enable(torch.compile(backend="aot_eager")):
+        loss.backward()
+    for (name, p), g in zip(model.named_parameters(), eager):
+        assert_close(name, p.grad, g, 1e-5)
+
+
 @needs_cuda
 def test_cuda_graph_capture_and_replay():
     torch.manual_seed(0)
