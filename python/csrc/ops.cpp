@@ -588,7 +588,8 @@ TORCH_LIBRARY_IMPL(normkit, CUDA, m) {
 // does for torch.ops.normkit.*, but without the boxed call from Python, which cost ~1.9 us more per
 // call on the CPU machine (2 x 8 CPU tensors: 4.50 against 2.63 us; docs/NOTES.md entry 79).
 // functional.py calls these only where no Python-level handling is needed: not under torch.compile
-// or export (they trace torch.ops) and without a __torch_function__ override or mode.
+// or export (they trace torch.ops) or a torch.func transform (python/normkit/_functorch.py), and
+// without a __torch_function__ override or mode.
 Tensor layer_norm_y(const Tensor& x, std::vector<int64_t> normalized_shape, const std::optional<Tensor>& weight,
                     const std::optional<Tensor>& bias, double eps) {
   static const auto op = c10::Dispatcher::singleton()

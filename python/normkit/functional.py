@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 from torch.overrides import has_torch_function_variadic
 
-from . import _C
+from . import _C, _functorch
 
 _ShapeLike = Union[int, Sequence[int], torch.Size]
 
@@ -17,13 +17,17 @@ def _shape(normalized_shape: _ShapeLike) -> List[int]:
     return list(normalized_shape)
 
 
+_is_compiling = torch.compiler.is_compiling
+_transform_running = torch._C._functorch.peek_interpreter_stack  # not None while a torch.func transform runs
+
+
 def _eager(input, weight, bias=None) -> bool:
-    """Whether the call may take _C's unboxed entry point instead of torch.ops.normkit.*: a plain
-    tensor input, outside torch.compile / export (which trace the torch.ops call) and without a
-    __torch_function__ override or mode (which torch.ops honours). Both reach the same op through the
-    dispatcher (autograd, dispatch modes, fake tensors alike); the boxed torch.ops call costs ~1.9 us
-    more per call (docs/NOTES.md entry 79)."""
-    return (type(input) is torch.Tensor and not torch.compiler.is_compiling()
+    """Whether a call takes _C's unboxed entry point: the same op through the dispatcher (autograd,
+    dispatch modes, fake tensors alike), ~1.9 us less per call than the boxed torch.ops call (docs/NOTES.md
+    entry 79). Not under torch.compile / export (they trace the torch.ops call), nor under a torch.func
+    transform (it refuses the ops' C++ autograd: _functorch.py), nor for an input that is not a plain
+    tensor or a __torch_function__ override or mode (torch.ops honours them)."""
+    return (type(input) is torch.Tensor and not _is_compiling() and _transform_running() is None
             and not has_torch_function_variadic(input, weight, bias))
 
 
@@ -33,18 +37,24 @@ def layer_norm(input: Tensor, normalized_shape: _ShapeLike, weight: Optional[Ten
 
     CUDA float32/float16/bfloat16 run normkit's kernels; CPU tensors and float64 run its float64
     reference. weight/bias may be float32 with float16/bfloat16 input (ATen requires equal dtypes);
-    the output has the input's dtype. Differentiable once (double backward raises RuntimeError).
+    the output has the input's dtype. Differentiable once (double backward raises RuntimeError), also
+    under torch.func transforms (grad, vjp, jacrev, vmap).
     """
+    shape, eps = _shape(normalized_shape), float(eps)
     if _eager(input, weight, bias):
-        return _C._layer_norm(input, _shape(normalized_shape), weight, bias, float(eps))
-    return torch.ops.normkit.layer_norm_forward(input, _shape(normalized_shape), weight, bias, float(eps))[0]
+        return _C._layer_norm(input, shape, weight, bias, eps)
+    if not _is_compiling() and _transform_running() is not None:
+        return _functorch.LayerNorm.apply(input, shape, weight, bias, eps)[0]
+    return torch.ops.normkit.layer_norm_forward(input, shape, weight, bias, eps)[0]
 
 
 def rms_norm(input: Tensor, normalized_shape: _ShapeLike, weight: Optional[Tensor] = None,
              eps: Optional[float] = None) -> Tensor:
     """Like torch.nn.functional.rms_norm, on normkit's kernels; eps=None means
     torch.finfo(input.dtype).eps. Same devices, dtypes and autograd as layer_norm."""
-    eps = None if eps is None else float(eps)
+    shape, eps = _shape(normalized_shape), None if eps is None else float(eps)
     if _eager(input, weight):
-        return _C._rms_norm(input, _shape(normalized_shape), weight, eps)
-    return torch.ops.normkit.rms_norm_forward(input, _shape(normalized_shape), weight, eps)[0]
+        return _C._rms_norm(input, shape, weight, eps)
+    if not _is_compiling() and _transform_running() is not None:
+        return _functorch.RmsNorm.apply(input, shape, weight, eps)[0]
+    return torch.ops.normkit.rms_norm_forward(input, shape, weight, eps)[0]

@@ -1,0 +1,134 @@
+"""normkit.layer_norm / rms_norm under torch.func transforms (grad, vjp, jacrev, vmap over them).
+
+The ops' autograd is C++ (python/csrc/autograd.cpp, a torch::autograd::Function: a fraction of the host
+time of a Python registration), and functorch refuses C++ Functions ("cannot use C++
+torch::autograd::Function with functorch transforms"). While a transform is active, functional.py calls
+these Python Functions instead: the same ops and formulas, in the form functorch supports
+(setup_context and vmap staticmethods). Their forward runs with grad mode off, where the ops skip their C++
+autograd. vmap: a forward whose weight and bias are not batched folds the batch into its rows (one call:
+normalization is row by row); otherwise, and for the backward ops (whose dweight / dbias must stay per
+batch entry, and whose optional outputs PyTorch's generic fallback cannot batch), one call per batch entry.
+"""
+import torch
+
+from . import _C
+
+
+_DOUBLE_BACKWARD = ("normkit: double backward is not supported: {op} has no derivative of its own. "
+                    "Differentiate a torch.nn.functional norm instead when second derivatives are needed "
+                    "(e.g. torch.func.hessian, gradient penalties).")
+
+
+def _vmap_by_entry(fn, info, in_dims, args):
+    """vmap of fn by calling it once per batch entry (arguments with a batch dim indexed there) and stacking
+    each output on dim 0; outputs that are None stay None."""
+    def entry(i):  # in_dims of a list argument (a shape, a mask) is a list of Nones: not batched
+        return fn(*[a.select(d, i) if isinstance(a, torch.Tensor) and d is not None else a for a, d in zip(args, in_dims)])
+
+    entries = [entry(i) for i in range(info.batch_size)]
+    outputs = tuple(None if out[0] is None else torch.stack(list(out)) for out in zip(*entries))
+    return outputs, tuple(None if o is None else 0 for o in outputs)
+
+
+def _vmap_forward(op, info, in_dims, x, normalized_shape, params, eps):
+    """vmap of a forward op: the batch folded into the rows when only x is batched, else by entry."""
+    x_dim = in_dims[0]
+    if x_dim is not None and all(d is None for d in in_dims[2:2 + len(params)]):
+        outputs = op(x.movedim(x_dim, 0), normalized_shape, *params, eps)
+        return outputs, tuple(0 for _ in outputs)
+    return _vmap_by_entry(lambda x_i, *params_i: op(x_i, normalized_shape, *params_i, eps), info,
+                          (x_dim, *in_dims[2:2 + len(params)]), (x, *params))
+
+
+class _BackwardOp(torch.autograd.Function):
+    """A backward op as a Function functorch accepts, whose own derivative raises: the ops' registered
+    autograd (python/normkit/_ops.py, through torch.library) is refused under transforms, and calling
+    the op below autograd alone would let a second derivative come out silently zero."""
+    @staticmethod
+    def forward(op_name, *args):
+        with torch._C._AutoDispatchBelowAutograd():
+            return getattr(torch.ops.normkit, op_name)(*args)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.op_name = inputs[0]
+
+    @staticmethod
+    def vmap(info, in_dims, op_name, *args):
+        op = getattr(torch.ops.normkit, op_name)
+        return _vmap_by_entry(lambda *a: op(*a), info, in_dims[1:], args)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(_DOUBLE_BACKWARD.format(op="normkit::" + ctx.op_name))
+
+
+def _strategy_at_forward():
+    """The strategy forced when the forward ran (None: none); the backward prefers its own thread's."""
+    return _C._backward_strategy()
+
+
+def _strategy_for_backward(ctx):
+    return _C._backward_strategy() or ctx.strategy or "auto"
+
+
+class LayerNorm(torch.autograd.Function):
+
+    @staticmethod
+    def forward(x, normalized_shape, weight, bias, eps):
+        return torch.ops.normkit.layer_norm_forward(x, normalized_shape, weight, bias, eps)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, normalized_shape, weight, bias, _ = inputs
+        _, mean, rstd = output
+        ctx.save_for_backward(x, weight, bias, mean, rstd)
+        ctx.normalized_shape = normalized_shape
+        ctx.strategy = _strategy_at_forward()
+        ctx.mark_non_differentiable(mean, rstd)
+
+    @staticmethod
+    def backward(ctx, dy, _dmean, _drstd):
+        x, weight, bias, mean, rstd = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        mask = [needs[0], weight is not None and needs[2], bias is not None and needs[3]]
+        if not any(mask):
+            return None, None, None, None, None
+        dx, dweight, dbias = _BackwardOp.apply("layer_norm_backward", dy, x, ctx.normalized_shape, mean, rstd, weight,
+                                               bias, mask, _strategy_for_backward(ctx))
+        return dx, None, dweight, dbias, None
+
+    @staticmethod
+    def vmap(info, in_dims, x, normalized_shape, weight, bias, eps):
+        return _vmap_forward(torch.ops.normkit.layer_norm_forward, info, in_dims, x, normalized_shape, (weight, bias), eps)
+
+
+class RmsNorm(torch.autograd.Function):
+
+    @staticmethod
+    def forward(x, normalized_shape, weight, eps):
+        return torch.ops.normkit.rms_norm_forward(x, normalized_shape, weight, eps)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, normalized_shape, weight, _ = inputs
+        _, rstd = output
+        ctx.save_for_backward(x, weight, rstd)
+        ctx.normalized_shape = normalized_shape
+        ctx.strategy = _strategy_at_forward()
+        ctx.mark_non_differentiable(rstd)
+
+    @staticmethod
+    def backward(ctx, dy, _drstd):
+        x, weight, rstd = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        mask = [needs[0], weight is not None and needs[2]]
+        if not any(mask):
+            return None, None, None, None
+        dx, dweight = _BackwardOp.apply("rms_norm_backward", dy, x, ctx.normalized_shape, rstd, weight, mask,
+                                        _strategy_for_backward(ctx))
+        return dx, None, dweight, None
+
+    @staticmethod
+    def vmap(info, in_dims, x, normalized_shape, weight, eps):
+        return _vmap_forward(torch.ops.normkit.rms_norm_forward, info, in_dims, x, normalized_shape, (weight,), eps)

@@ -1,0 +1,78 @@
+"""normkit.layer_norm / rms_norm under torch.func transforms: grad, vjp, jacrev, vmap (batched inputs,
+batched weights, per-sample gradients), against torch.nn.functional's; second derivatives raise."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from nk_testutil import device, import_normkit  # noqa: E402
+
+normkit = import_normkit()
+F = torch.nn.functional
+DEV = device()
+
+# float64: normkit's reference path on the CPU (CUDA float64 is copied there too), so the comparison with
+# torch's float64 norms is exact to rounding
+OPS = {
+    "layer_norm": (lambda t, w, b: normkit.layer_norm(t, (8,), w, b), lambda t, w, b: F.layer_norm(t, (8,), w, b)),
+    "rms_norm": (lambda t, w, b: normkit.rms_norm(t, (8,), w), lambda t, w, b: F.rms_norm(t, (8,), w)),
+}
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(7)
+    make = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64).to(DEV)  # noqa: E731
+    return make(5, 3, 8), make(8), make(8)
+
+
+def _close(a, b):
+    a = a if isinstance(a, tuple) else (a,)
+    b = b if isinstance(b, tuple) else (b,)
+    assert len(a) == len(b)
+    for p, q in zip(a, b):
+        torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_grad_vjp_jacrev_match_torch(op):
+    ours, theirs = OPS[op]
+    x, w, b = _inputs()
+
+    def loss(f):
+        return lambda t, w, b: f(t, w, b).square().sum()
+
+    for argnums in (0, 1, (0, 1, 2)):
+        _close(torch.func.grad(loss(ours), argnums=argnums)(x, w, b), torch.func.grad(loss(theirs), argnums=argnums)(x, w, b))
+    y, vjp = torch.func.vjp(lambda t: ours(t, w, b), x)
+    y_ref, vjp_ref = torch.func.vjp(lambda t: theirs(t, w, b), x)
+    _close(y, y_ref)
+    _close(vjp(y), vjp_ref(y_ref))
+    _close(torch.func.jacrev(lambda t: ours(t, w, b))(x[0, 0]), torch.func.jacrev(lambda t: theirs(t, w, b))(x[0, 0]))
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_vmap_and_per_sample_gradients_match_torch(op):
+    ours, theirs = OPS[op]
+    x, w, b = _inputs()
+    weights = torch.randn(5, 8, dtype=torch.float64, device=DEV)
+    # the batch on dim 0 (folded into rows), on dim 1, and with a weight per batch entry (one call each)
+    for in_dims, args in (((0, None, None), (x, w, b)), ((1, None, None), (x, w, b)), ((0, 0, None), (x, weights, b))):
+        _close(torch.vmap(ours, in_dims=in_dims)(*args), torch.vmap(theirs, in_dims=in_dims)(*args))
+
+    def per_sample(f):
+        return torch.func.vmap(torch.func.grad(lambda t, w, b: f(t, w, b).square().sum(), argnums=(0, 1, 2)),
+                               in_dims=(0, None, None))
+
+    got, want = per_sample(ours)(x, w, b), per_sample(theirs)(x, w, b)
+    assert got[1].shape == (5, 8)
+    _close(got, want)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_second_derivatives_raise(op):
+    ours, _ = OPS[op]
+    x, w, b = _inputs()
+    inner = torch.func.grad(lambda t: ours(t, w, b).square().sum())
+    with pytest.raises(RuntimeError, match="double backward is not supported"):
+        torch.func.grad(lambda t: inner(t).sum())(x[0, 0])
+    with pytest.raises(NotImplementedError, match="jvp"):  # forward mode (jacfwd, hessian): not implemented
+        torch.func.jacfwd(lambda t: ours(t, w, b))(x[0, 0])
