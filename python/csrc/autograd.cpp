@@ -144,8 +144,9 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     if (!grad_y.defined() || !(mask[0] || mask[1] || mask[2]))
       return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
     const std::string strategy = strategy_for_backward(ctx);
-    auto [dx, dweight, dbias] = call_op(op, !at::GradMode::is_enabled(), grad_y, saved[0], normalized_shape_of(ctx, saved[0]), saved[3],
-                                        saved[4], present(saved[1]), present(saved[2]), mask, strategy);
+    auto [dx, dweight, dbias] = call_op(op, !at::GradMode::is_enabled(), grad_y, saved[0],
+                                        normalized_shape_of(ctx, saved[0]), saved[3], saved[4], present(saved[1]),
+                                        present(saved[2]), mask, strategy);
     return {or_undefined(dx), Tensor(), or_undefined(dweight), or_undefined(dbias), Tensor(), Tensor()};
   }
 };
@@ -184,8 +185,8 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     const Tensor& grad_y = grads[0];
     if (!grad_y.defined() || !(mask[0] || mask[1])) return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
     const std::string strategy = strategy_for_backward(ctx);
-    auto [dx, dweight] = call_op(op, !at::GradMode::is_enabled(), grad_y, saved[0], normalized_shape_of(ctx, saved[0]), saved[2],
-                                 present(saved[1]), mask, strategy);
+    auto [dx, dweight] = call_op(op, !at::GradMode::is_enabled(), grad_y, saved[0], normalized_shape_of(ctx, saved[0]),
+                                 saved[2], present(saved[1]), mask, strategy);
     return {or_undefined(dx), Tensor(), or_undefined(dweight), Tensor(), Tensor()};
   }
 };

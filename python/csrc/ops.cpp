@@ -621,6 +621,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
              pybind11::arg("weight"), pybind11::arg("bias"), pybind11::arg("eps"),
              "y of torch.ops.normkit.layer_norm_forward, dispatched without the boxed call (eager use only)");
   module.def("_rms_norm", &rms_norm_y, pybind11::arg("x"), pybind11::arg("normalized_shape"), pybind11::arg("weight"),
-             pybind11::arg("eps"), "y of torch.ops.normkit.rms_norm_forward, dispatched without the boxed call (eager use only)");
+             pybind11::arg("eps"),
+             "y of torch.ops.normkit.rms_norm_forward, dispatched without the boxed call (eager use only)");
   module.def("_backward_strategy", &normkit_torch::backward_strategy, "This thread's forced backward strategy, or None");
 }

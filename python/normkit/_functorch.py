@@ -23,7 +23,8 @@ def _vmap_by_entry(fn, info, in_dims, args):
     """vmap of fn by calling it once per batch entry (arguments with a batch dim indexed there) and stacking
     each output on dim 0; outputs that are None stay None."""
     def entry(i):  # in_dims of a list argument (a shape, a mask) is a list of Nones: not batched
-        return fn(*[a.select(d, i) if isinstance(a, torch.Tensor) and d is not None else a for a, d in zip(args, in_dims)])
+        return fn(*[a.select(d, i) if isinstance(a, torch.Tensor) and d is not None else a
+                    for a, d in zip(args, in_dims)])
 
     entries = [entry(i) for i in range(info.batch_size)]
     outputs = tuple(None if out[0] is None else torch.stack(list(out)) for out in zip(*entries))
@@ -100,7 +101,8 @@ class LayerNorm(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, x, normalized_shape, weight, bias, eps):
-        return _vmap_forward(torch.ops.normkit.layer_norm_forward, info, in_dims, x, normalized_shape, (weight, bias), eps)
+        return _vmap_forward(torch.ops.normkit.layer_norm_forward, info, in_dims, x, normalized_shape, (weight, bias),
+                             eps)
 
 
 class RmsNorm(torch.autograd.Function):

@@ -41,7 +41,8 @@ def test_grad_vjp_jacrev_match_torch(op):
         return lambda t, w, b: f(t, w, b).square().sum()
 
     for argnums in (0, 1, (0, 1, 2)):
-        _close(torch.func.grad(loss(ours), argnums=argnums)(x, w, b), torch.func.grad(loss(theirs), argnums=argnums)(x, w, b))
+        _close(torch.func.grad(loss(ours), argnums=argnums)(x, w, b),
+               torch.func.grad(loss(theirs), argnums=argnums)(x, w, b))
     y, vjp = torch.func.vjp(lambda t: ours(t, w, b), x)
     y_ref, vjp_ref = torch.func.vjp(lambda t: theirs(t, w, b), x)
     _close(y, y_ref)
