@@ -12,11 +12,7 @@ batch entry, and whose optional outputs PyTorch's generic fallback cannot batch)
 import torch
 
 from . import _C
-
-
-_DOUBLE_BACKWARD = ("normkit: double backward is not supported: {op} has no derivative of its own. "
-                    "Differentiate a torch.nn.functional norm instead when second derivatives are needed "
-                    "(e.g. torch.func.hessian, gradient penalties).")
+from ._ops import _DOUBLE_BACKWARD
 
 
 def _vmap_by_entry(fn, info, in_dims, args):
@@ -74,6 +70,7 @@ def _strategy_for_backward(ctx):
 
 
 class LayerNorm(torch.autograd.Function):
+    """torch.ops.normkit.layer_norm_forward with its backward, for torch.func."""
 
     @staticmethod
     def forward(x, normalized_shape, weight, bias, eps):
@@ -106,6 +103,7 @@ class LayerNorm(torch.autograd.Function):
 
 
 class RmsNorm(torch.autograd.Function):
+    """torch.ops.normkit.rms_norm_forward with its backward, for torch.func."""
 
     @staticmethod
     def forward(x, normalized_shape, weight, eps):
