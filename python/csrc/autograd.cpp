@@ -11,9 +11,10 @@
 //     forced when the forward ran (autograd runs CUDA backwards on its own device thread);
 //   * a forward with nothing to record (grad mode off, or no input requiring grad) calls the op below
 //     autograd directly, without a Function context;
-//   * double backward raises: with create_graph the backward op is called through the dispatcher,
-//     whose autograd (python/normkit/_ops.py) raises a clear error when differentiated; without it
-//     the backward op runs below autograd (no graph to build, no extra dispatch).
+//   * without create_graph the backward op runs below autograd (no graph to build, no extra dispatch).
+// Added here: a create_graph backward (gradient penalties, Hessian-vector products) returns gradients
+// that can be differentiated again, from the forward recomputed with differentiable ATen ops
+// (recomputed_grads); the backward ops themselves still have no derivative (python/normkit/_ops.py).
 #include <torch/autograd.h>
 #include <torch/extension.h>
 #include <torch/library.h>
@@ -21,7 +22,9 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <array>
+#include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -54,13 +57,54 @@ using torch::autograd::variable_list;
 using Shape = c10::SymIntArrayRef;
 
 // What a forward keeps for its backward besides the saved tensors: the count of normalized dims (the
-// shape is x's last ones) and the strategy forced when it ran, if any. Nothing else goes into
-// saved_data: each entry is a map insert with a string key, and weight / bias presence is the saved
-// tensors' own (an undefined tensor saves as undefined). Host time of forward + backward at 2 x 8 CPU
-// tensors: docs/NOTES.md entry 79.
-void save_forward_facts(AutogradContext* ctx, Shape normalized_shape) {
+// shape is x's last ones), eps (for recomputed_grads) and the strategy forced when it ran, if any.
+// Nothing else goes into saved_data: each entry is a map insert with a string key, and weight / bias
+// presence is the saved tensors' own (an undefined tensor saves as undefined). Host time of forward +
+// backward at 2 x 8 CPU tensors: docs/NOTES.md entry 79.
+void save_forward_facts(AutogradContext* ctx, Shape normalized_shape, double eps) {
   ctx->saved_data["dims"] = static_cast<int64_t>(normalized_shape.size());
+  ctx->saved_data["eps"] = eps;
   if (auto forced = normkit_torch::backward_strategy()) ctx->saved_data["strategy"] = *forced;
+}
+
+/// torch.finfo(dtype).eps, what rms_norm's eps=None means (ops.cpp resolves it the same way).
+double finfo_eps(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf: return 0.0009765625;   // 2^-10
+    case at::kBFloat16: return 0.0078125;  // 2^-7
+    case at::kDouble: return std::numeric_limits<double>::epsilon();
+    default: return std::numeric_limits<float>::epsilon();
+  }
+}
+
+/// A create_graph backward's gradients, which can be differentiated again. normkit's backward ops have no
+/// derivative of their own, so the forward is recomputed from the saved x, weight and bias with
+/// differentiable ATen ops -- in float32 for 16-bit x, as normkit's kernels compute, the output cast to
+/// x's dtype -- and its gradients taken with create_graph (a nested torch::autograd::grad, as activation
+/// checkpointing does). Slower than the kernels; only create_graph backwards (gradient penalties,
+/// Hessian-vector products, MAML) take it. Returns the gradients of x, weight and bias where `wanted`.
+std::array<Tensor, 3> recomputed_grads(bool rms, const Tensor& grad_y, const Tensor& x, int64_t dims,
+                                       const Tensor& weight, const Tensor& bias, double eps,
+                                       std::array<bool, 3> wanted) {
+  const bool narrow = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
+  const auto wide = [&](const Tensor& t) { return narrow ? t.to(at::kFloat) : t; };
+  std::vector<int64_t> axes;
+  for (int64_t d = x.dim() - dims; d < x.dim(); ++d) axes.push_back(d);
+  const Tensor xf = wide(x);
+  const Tensor centred = rms ? xf : xf - xf.mean(axes, /*keepdim=*/true);
+  Tensor y = centred * at::rsqrt(centred.square().mean(axes, /*keepdim=*/true) + eps);
+  if (weight.defined()) y = y * wide(weight);
+  if (bias.defined()) y = y + wide(bias);
+  y = y.to(x.scalar_type());
+  std::vector<Tensor> inputs;
+  const Tensor* const candidates[3] = {&x, &weight, &bias};
+  for (int i = 0; i < 3; ++i)
+    if (wanted[i]) inputs.push_back(*candidates[i]);
+  const variable_list grads = torch::autograd::grad({y}, inputs, {grad_y}, /*retain_graph=*/true, /*create_graph=*/true);
+  std::array<Tensor, 3> out;
+  for (int i = 0, next = 0; i < 3; ++i)
+    if (wanted[i]) out[i] = grads[next++];
+  return out;
 }
 
 /// The normalized shape of the forward whose input was `x`.
@@ -80,18 +124,6 @@ std::string strategy_for_backward(AutogradContext* ctx) {
 std::optional<Tensor> present(const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; }
 Tensor or_undefined(const std::optional<Tensor>& t) { return t ? *t : Tensor(); }
 bool has(const std::optional<Tensor>& t) { return t.has_value() && t->defined(); }
-
-/// Calls a normkit op: below autograd when no graph of the backward is being built (the common
-/// case: nothing to record, and no second trip through the autograd dispatch), through the
-/// dispatcher otherwise (so that differentiating the backward op reaches its raising formula).
-template <class Op, class... Args>
-auto call_op(const Op& op, bool below_autograd, Args&&... args) {
-  if (below_autograd) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op.call(std::forward<Args>(args)...);
-  }
-  return op.call(std::forward<Args>(args)...);
-}
 
 /// The statistics of a forward run inside Function::apply, handed back through this out-parameter (an
 /// argument that is not a tensor: apply passes it through) rather than as outputs of the Function. As
@@ -120,7 +152,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [y, mean, rstd] = op().call(x, normalized_shape, weight, bias, eps);
     ctx->save_for_backward({x, or_undefined(weight), or_undefined(bias), mean, rstd});
-    save_forward_facts(ctx, normalized_shape);
+    save_forward_facts(ctx, normalized_shape, eps);
     // An undefined gradient of y stays undefined (backward returns none) instead of a zero tensor.
     ctx->set_materialize_grads(false);
     stats->mean = mean;
@@ -143,10 +175,15 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     const Tensor& grad_y = grads[0];
     if (!grad_y.defined() || !(mask[0] || mask[1] || mask[2]))
       return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    if (at::GradMode::is_enabled()) {  // create_graph
+      const auto g = recomputed_grads(false, grad_y, saved[0], ctx->saved_data.at("dims").toInt(), saved[1], saved[2],
+                                      ctx->saved_data.at("eps").toDouble(), mask);
+      return {g[0], Tensor(), g[1], g[2], Tensor(), Tensor()};
+    }
     const std::string strategy = strategy_for_backward(ctx);
-    auto [dx, dweight, dbias] = call_op(op, !at::GradMode::is_enabled(), grad_y, saved[0],
-                                        normalized_shape_of(ctx, saved[0]), saved[3], saved[4], present(saved[1]),
-                                        present(saved[2]), mask, strategy);
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto [dx, dweight, dbias] = op.call(grad_y, saved[0], normalized_shape_of(ctx, saved[0]), saved[3], saved[4],
+                                        present(saved[1]), present(saved[2]), mask, strategy);
     return {or_undefined(dx), Tensor(), or_undefined(dweight), or_undefined(dbias), Tensor(), Tensor()};
   }
 };
@@ -167,7 +204,7 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [y, rstd] = op().call(x, normalized_shape, weight, eps);
     ctx->save_for_backward({x, or_undefined(weight), rstd});
-    save_forward_facts(ctx, normalized_shape);
+    save_forward_facts(ctx, normalized_shape, eps.value_or(finfo_eps(x.scalar_type())));
     ctx->set_materialize_grads(false);  // as in LayerNormFunction
     stats->rstd = rstd;
     return {y};
@@ -184,9 +221,15 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     const std::array<bool, 2> mask = {ctx->needs_input_grad(0), has_weight && ctx->needs_input_grad(1)};
     const Tensor& grad_y = grads[0];
     if (!grad_y.defined() || !(mask[0] || mask[1])) return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    if (at::GradMode::is_enabled()) {  // create_graph
+      const auto g = recomputed_grads(true, grad_y, saved[0], ctx->saved_data.at("dims").toInt(), saved[1], Tensor(),
+                                      ctx->saved_data.at("eps").toDouble(), {mask[0], mask[1], false});
+      return {g[0], Tensor(), g[1], Tensor(), Tensor()};
+    }
     const std::string strategy = strategy_for_backward(ctx);
-    auto [dx, dweight] = call_op(op, !at::GradMode::is_enabled(), grad_y, saved[0], normalized_shape_of(ctx, saved[0]),
-                                 saved[2], present(saved[1]), mask, strategy);
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto [dx, dweight] = op.call(grad_y, saved[0], normalized_shape_of(ctx, saved[0]), saved[2], present(saved[1]), mask,
+                                 strategy);
     return {or_undefined(dx), Tensor(), or_undefined(dweight), Tensor(), Tensor()};
   }
 };

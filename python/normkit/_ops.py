@@ -7,8 +7,10 @@ normkit.layer_norm / rms_norm differentiate like F.layer_norm / F.rms_norm; in C
 Python registration cost ~110 us of host time per forward + backward). Here:
   * register_fake: output shapes/dtypes for FakeTensor tracing (torch.compile, export, meta);
   * backward_strategy(): the strategy the C++ autograd passes to the backward ops;
-  * the backward ops get an autograd formula that raises: normkit has no double backward, and
-    without it PyTorch would only warn and silently return wrong (missing) second derivatives.
+  * the backward ops get an autograd formula that raises: they have no derivative of their own, and
+    without it PyTorch would only warn and silently return wrong (missing) second derivatives. (A
+    create_graph backward through normkit.layer_norm / rms_norm does not call them: autograd.cpp
+    recomputes the forward with differentiable ATen ops there.)
 """
 import contextlib
 

@@ -37,8 +37,8 @@ def layer_norm(input: Tensor, normalized_shape: _ShapeLike, weight: Optional[Ten
 
     CUDA float32/float16/bfloat16 run normkit's kernels; CPU tensors and float64 run its float64
     reference. weight/bias may be float32 with float16/bfloat16 input (ATen requires equal dtypes);
-    the output has the input's dtype. Differentiable once (double backward raises RuntimeError), also
-    under torch.func transforms (grad, vjp, jacrev, vmap).
+    the output has the input's dtype. Differentiable twice through autograd (a create_graph backward
+    recomputes the forward with ATen ops), once under torch.func transforms (grad, vjp, jacrev, vmap).
     """
     shape, eps = _shape(normalized_shape), float(eps)
     if _eager(input, weight, bias):

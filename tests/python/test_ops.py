@@ -88,14 +88,53 @@ def test_gradcheck_fp64_cuda():
     _gradcheck_device("cuda")
 
 
-def test_double_backward_raises():
-    x, _, w, b = make_inputs((4, 16), (16,), torch.float64, DEV)
+def test_double_backward_gradgradcheck():
+    """create_graph backwards recompute the forward with differentiable ATen ops: second derivatives
+    (with respect to x, weight, bias and the incoming gradient) pass gradgradcheck in float64, with and
+    without weight / bias and over a multi-dim normalized shape."""
+    g = torch.Generator().manual_seed(3)
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64).to(DEV).requires_grad_()
+
+    x, w, b, w2 = leaf(3, 2, 6), leaf(6), leaf(6), leaf(2, 6)
+    cases = [(lambda x, w, b: normkit.layer_norm(x, (6,), w, b, 1e-3), (x, w, b)),
+             (lambda x: normkit.layer_norm(x, (6,), eps=1e-3), (x,)),
+             (lambda x, w: normkit.layer_norm(x, (2, 6), w, None, 1e-3), (x, w2)),
+             (lambda x, w: normkit.rms_norm(x, (6,), w, 1e-3), (x, w)),
+             (lambda x: normkit.rms_norm(x, (2, 6)), (x,))]
+    for fn, inputs in cases:
+        assert torch.autograd.gradgradcheck(fn, inputs)
+
+
+def test_gradient_penalty_matches_torch():
+    """A WGAN-GP style penalty on the gradient with respect to the input, trained through normkit's norms,
+    gives the gradients torch's norms give (float32, a 16-bit input with float32 weights as well)."""
+    for dtype, wdtype, tol in ((torch.float32, torch.float32, 1e-5), (torch.bfloat16, torch.float32, 2e-2)):
+        grads = []
+        for norms in ((normkit.layer_norm, normkit.rms_norm),
+                      (torch.nn.functional.layer_norm, torch.nn.functional.rms_norm)):
+            g = torch.Generator().manual_seed(5)
+            x = torch.randn(8, 32, generator=g).to(DEV, dtype).requires_grad_()
+            w, b, v = (torch.randn(32, generator=g).to(DEV, wdtype).requires_grad_() for _ in range(3))
+            ln, rms = norms
+            cast = (lambda t: t) if norms[0] is normkit.layer_norm else (lambda t: t.to(dtype))
+            out = rms(torch.tanh(ln(x, (32,), cast(w), cast(b), 1e-5)), (32,), cast(v), 1e-6).float().sum()
+            (gx,) = torch.autograd.grad(out, x, create_graph=True)
+            penalty = (gx.float().norm(dim=1) - 1).square().mean()
+            penalty.backward()
+            grads.append([t.grad.float() for t in (x, w, b, v)])
+        for name, ours, theirs in zip(("x", "weight", "bias", "rms weight"), *grads):
+            assert_close(f"{dtype} {name}", ours, theirs, tol)
+
+
+def test_backward_op_itself_has_no_derivative():
+    x, dy, w, b = make_inputs((4, 16), (16,), torch.float64, DEV)
     x.requires_grad_()
-    w.requires_grad_()
-    for fn in (lambda: normkit.layer_norm(x, (16,), w, b), lambda: normkit.rms_norm(x, (16,), w)):
-        (gx,) = torch.autograd.grad(fn().pow(2).sum(), x, create_graph=True)
-        with pytest.raises(RuntimeError, match="double backward is not supported"):
-            gx.sum().backward()
+    y, mean, rstd = ops.layer_norm_forward(x.detach(), [16], w, b, 1e-5)
+    dx, _, _ = ops.layer_norm_backward(dy, x, [16], mean, rstd, w, b, [True, True, True])
+    with pytest.raises(RuntimeError, match="double backward is not supported"):
+        dx.sum().backward()
 
 
 def test_backward_runs_only_the_backward_op():
