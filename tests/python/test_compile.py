@@ -83,7 +83,9 @@ def test_transformer_block_trains_identically_under_torch_compile():
 
 
 def test_compiled_graph_calls_normkit_ops():
+    from torch._dynamo.backends.common import aot_autograd
     from torch._dynamo.testing import CompileCounterWithBackend
+    from functorch.compile import make_boxed_func
 
     counter = CompileCounterWithBackend("aot_eager")
     ln = normkit.nn.LayerNorm(32).to(DEV)
@@ -93,6 +95,23 @@ def test_compiled_graph_calls_normkit_ops():
     assert counter.frame_count == 1
     graph_ops = {str(n.target) for gm in counter.graphs for n in gm.graph.nodes if n.op == "call_function"}
     assert any("normkit.layer_norm_forward" in o for o in graph_ops), graph_ops
+    # AOTAutograd's forward and backward graphs: normkit's forward ops, and its backward ops in the
+    # backward (not a recomputation: autograd.cpp recomputes only for create_graph backwards)
+    graphs = {}
+
+    def keep(name):
+        def compiler(gm, _):
+            graphs[name] = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+            return make_boxed_func(gm)
+        return compiler
+
+    rms = normkit.nn.RMSNorm(32).to(DEV)
+    torch._dynamo.reset()
+    step = torch.compile(lambda t: rms(ln(t)).sum(), fullgraph=True,
+                         backend=aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward")))
+    step(x).backward()
+    assert {"normkit.layer_norm_forward.default", "normkit.rms_norm_forward.default"} <= graphs["forward"], graphs
+    assert {"normkit.layer_norm_backward.default", "normkit.rms_norm_backward.default"} <= graphs["backward"], graphs
 
 
 def test_eager_forward_with_compiled_autograd_backward():
