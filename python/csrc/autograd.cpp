@@ -125,6 +125,24 @@ std::optional<Tensor> present(const Tensor& t) { return t.defined() ? std::optio
 Tensor or_undefined(const std::optional<Tensor>& t) { return t ? *t : Tensor(); }
 bool has(const std::optional<Tensor>& t) { return t.has_value() && t->defined(); }
 
+/// Forward-mode AD (torch.autograd.forward_ad): whether `t` carries a tangent at the default level, and
+/// `t` without it.
+bool has_tangent(const Tensor& t) { return t.defined() && t._fw_grad(/*level=*/0).defined(); }
+bool has_tangent(const std::optional<Tensor>& t) { return t && has_tangent(*t); }
+std::optional<Tensor> primal(const std::optional<Tensor>& t) {
+  if (!has_tangent(t)) return t;
+  return t->_fw_primal(/*level=*/0);
+}
+
+/// A backward whose incoming gradient carries a tangent (forward-mode AD over the backward, e.g. a
+/// Hessian-vector product by forward-over-reverse): the backward ops have no forward derivative, so the
+/// tangent would be dropped silently; refuse instead.
+void refuse_tangent(const Tensor& grad_y) {
+  TORCH_CHECK(!has_tangent(grad_y), "normkit: forward-mode AD over the backward (forward-over-reverse) is not "
+              "supported: the backward ops have no forward derivative. Use reverse-over-reverse (create_graph=True) "
+              "or a torch.nn.functional norm.");
+}
+
 /// The statistics of a forward run inside Function::apply, handed back through this out-parameter (an
 /// argument that is not a tensor: apply passes it through) rather than as outputs of the Function. As
 /// outputs they would have to be marked non-differentiable, and CppNode's compiled-autograd path
@@ -175,6 +193,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     const Tensor& grad_y = grads[0];
     if (!grad_y.defined() || !(mask[0] || mask[1] || mask[2]))
       return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    refuse_tangent(grad_y);
     if (at::GradMode::is_enabled()) {  // create_graph
       const auto g = recomputed_grads(false, grad_y, saved[0], ctx->saved_data.at("dims").toInt(), saved[1], saved[2],
                                       ctx->saved_data.at("eps").toDouble(), mask);
@@ -221,6 +240,7 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     const std::array<bool, 2> mask = {ctx->needs_input_grad(0), has_weight && ctx->needs_input_grad(1)};
     const Tensor& grad_y = grads[0];
     if (!grad_y.defined() || !(mask[0] || mask[1])) return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    refuse_tangent(grad_y);
     if (at::GradMode::is_enabled()) {  // create_graph
       const auto g = recomputed_grads(true, grad_y, saved[0], ctx->saved_data.at("dims").toInt(), saved[1], Tensor(),
                                       ctx->saved_data.at("eps").toDouble(), {mask[0], mask[1], false});
@@ -245,7 +265,7 @@ bool records_graph(const Tensor& x, std::initializer_list<const std::optional<Te
   return false;
 }
 
-std::tuple<Tensor, Tensor, Tensor> layer_norm_forward_autograd(const Tensor& x, Shape normalized_shape,
+std::tuple<Tensor, Tensor, Tensor> layer_norm_forward_recorded(const Tensor& x, Shape normalized_shape,
                                                                const std::optional<Tensor>& weight,
                                                                const std::optional<Tensor>& bias, double eps) {
   if (!records_graph(x, {&weight, &bias})) {
@@ -257,7 +277,7 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_forward_autograd(const Tensor& x, 
   return {out[0], std::move(stats.mean), std::move(stats.rstd)};
 }
 
-std::tuple<Tensor, Tensor> rms_norm_forward_autograd(const Tensor& x, Shape normalized_shape,
+std::tuple<Tensor, Tensor> rms_norm_forward_recorded(const Tensor& x, Shape normalized_shape,
                                                      const std::optional<Tensor>& weight, std::optional<double> eps) {
   if (!records_graph(x, {&weight})) {
     at::AutoDispatchBelowADInplaceOrView guard;
@@ -266,6 +286,59 @@ std::tuple<Tensor, Tensor> rms_norm_forward_autograd(const Tensor& x, Shape norm
   ForwardStats stats;
   const variable_list out = RmsNormFunction::apply(x, normalized_shape, weight, eps, &stats);
   return {out[0], std::move(stats.rstd)};
+}
+
+// ---- forward-mode AD (torch.autograd.forward_ad) ----
+// The ops have no forward derivative of their own, and a forward whose inputs carried tangents returned
+// y without one: a JVP came out silently zero. Now the op runs on the primals and y gets its tangent
+// from ATen ops (in float32 for 16-bit x, as the kernels compute):
+//   t_xhat = rstd * (t_x - mean(t_x) - xhat * mean(xhat * t_x))   (RMSNorm: no mean(t_x) term)
+//   t_y    = t_xhat * w + xhat * t_w + t_b,
+// with the row's mean and rstd recomputed by ATen ops too, so that the tangent is a differentiable
+// function of x (a gradient of a JVP, reverse-over-forward, needs how mean and rstd move with x; the
+// op's statistics are constants to autograd). mean and rstd get no tangent (not differentiable outputs).
+
+
+void set_norm_tangent(bool rms, const Tensor& y, const Tensor& x, int64_t dims, const std::optional<Tensor>& weight,
+                      const std::optional<Tensor>& bias, double eps) {
+  const bool narrow = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
+  const auto wide = [&](const Tensor& t) { return narrow ? t.to(at::kFloat) : t; };
+  std::vector<int64_t> axes;
+  for (int64_t d = x.dim() - dims; d < x.dim(); ++d) axes.push_back(d);
+  const Tensor xp = wide(has_tangent(x) ? x._fw_primal(0) : x);
+  const Tensor centred = rms ? xp : xp - xp.mean(axes, /*keepdim=*/true);
+  const Tensor rstd = at::rsqrt(centred.square().mean(axes, /*keepdim=*/true) + eps);
+  const Tensor xhat = centred * rstd;
+  Tensor t_y = at::zeros_like(xhat);
+  if (has_tangent(x)) {
+    const Tensor t_x = wide(x._fw_grad(0));
+    Tensor t_xhat = t_x - xhat * (xhat * t_x).mean(axes, /*keepdim=*/true);
+    if (!rms) t_xhat = t_xhat - t_x.mean(axes, /*keepdim=*/true);
+    t_xhat = t_xhat * rstd;
+    t_y = t_y + (has(weight) ? t_xhat * wide(primal(weight).value()) : t_xhat);
+  }
+  if (has_tangent(weight)) t_y = t_y + xhat * wide(weight->_fw_grad(0));
+  if (has_tangent(bias)) t_y = t_y + wide(bias->_fw_grad(0));
+  y._set_fw_grad(t_y.to(y.scalar_type()), /*level=*/0, /*is_inplace_op=*/false);
+}
+
+std::tuple<Tensor, Tensor, Tensor> layer_norm_forward_autograd(const Tensor& x, Shape normalized_shape,
+                                                               const std::optional<Tensor>& weight,
+                                                               const std::optional<Tensor>& bias, double eps) {
+  if (!(has_tangent(x) || has_tangent(weight) || has_tangent(bias)))
+    return layer_norm_forward_recorded(x, normalized_shape, weight, bias, eps);
+  auto out = layer_norm_forward_recorded(primal(x).value(), normalized_shape, primal(weight), primal(bias), eps);
+  set_norm_tangent(false, std::get<0>(out), x, static_cast<int64_t>(normalized_shape.size()), weight, bias, eps);
+  return out;
+}
+
+std::tuple<Tensor, Tensor> rms_norm_forward_autograd(const Tensor& x, Shape normalized_shape,
+                                                     const std::optional<Tensor>& weight, std::optional<double> eps) {
+  if (!(has_tangent(x) || has_tangent(weight))) return rms_norm_forward_recorded(x, normalized_shape, weight, eps);
+  auto out = rms_norm_forward_recorded(primal(x).value(), normalized_shape, primal(weight), eps);
+  set_norm_tangent(true, std::get<0>(out), x, static_cast<int64_t>(normalized_shape.size()), weight, std::nullopt,
+                   eps.value_or(finfo_eps(x.scalar_type())));
+  return out;
 }
 
 }  // namespace

@@ -128,6 +128,56 @@ def test_gradient_penalty_matches_torch():
             assert_close(f"{dtype} {name}", ours, theirs, tol)
 
 
+def _composite_norm(rms, x, shape, w, b, eps):
+    """The norm written with differentiable ATen ops: the reference for derivatives beyond first order."""
+    axes = tuple(range(x.dim() - len(shape), x.dim()))
+    c = x if rms else x - x.mean(axes, keepdim=True)
+    y = c * torch.rsqrt(c.square().mean(axes, keepdim=True) + eps)
+    y = y * w if w is not None else y
+    return y + b if b is not None else y
+
+
+def test_forward_mode_ad():
+    """torch.autograd.forward_ad: JVPs through normkit's norms match torch's (tangents on x, weight, bias,
+    with and without a graph being recorded), a gradient of a JVP (reverse-over-forward) matches the
+    composite norm's, and forward mode over the backward raises instead of dropping the tangent."""
+    import torch.autograd.forward_ad as fwAD
+
+    g = torch.Generator().manual_seed(11)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64).to(DEV)
+
+    x, w, b, tx, tw, tb, v = rand(3, 2, 8), rand(8), rand(8), rand(3, 2, 8), rand(8), rand(8), rand(3, 2, 8)
+    F = torch.nn.functional
+    norms = {"ln": (lambda x, w, b: normkit.layer_norm(x, (8,), w, b, 1e-3), lambda x, w, b: F.layer_norm(x, (8,), w, b, 1e-3)),
+             "rms": (lambda x, w, b: normkit.rms_norm(x, (8,), w, 1e-3), lambda x, w, b: F.rms_norm(x, (8,), w, 1e-3))}
+    for name, (ours, theirs) in norms.items():
+        for tangents in ((tx, None, None), (None, tw, None), (tx, tw, tb)):
+            for record in (False, True):
+                got = []
+                for f in (ours, theirs):
+                    with fwAD.dual_level():
+                        args = [fwAD.make_dual(p.clone().requires_grad_(record), t) if t is not None else p
+                                for p, t in zip((x, w, b), tangents)]
+                        got.append(fwAD.unpack_dual(f(*args)).tangent)
+                assert got[1] is not None and got[0] is not None, (name, tangents)
+                torch.testing.assert_close(got[0], got[1], rtol=1e-10, atol=1e-10)
+        # reverse-over-forward, against the composite norm (torch 2.11's F.layer_norm differs from both there)
+        grads = []
+        for f in (ours, lambda x, w, b: _composite_norm(name == "rms", x, (8,), w, None if name == "rms" else b, 1e-3)):
+            xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+            with fwAD.dual_level():
+                t = fwAD.unpack_dual(f(fwAD.make_dual(xr, tx), fwAD.make_dual(wr, tw), b)).tangent
+                grads.append(torch.autograd.grad((t * v).sum(), (xr, wr)))
+        for a, c in zip(*grads):
+            torch.testing.assert_close(a, c, rtol=1e-10, atol=1e-10)
+        # forward-over-reverse
+        xr = x.clone().requires_grad_()
+        with fwAD.dual_level(), pytest.raises(RuntimeError, match="forward-over-reverse"):
+            torch.autograd.grad(ours(xr, w, b), xr, fwAD.make_dual(torch.ones_like(x), tx))
+
+
 def test_backward_op_itself_has_no_derivative():
     x, dy, w, b = make_inputs((4, 16), (16,), torch.float64, DEV)
     x.requires_grad_()
