@@ -77,6 +77,24 @@ double finfo_eps(at::ScalarType t) {
   }
 }
 
+/// The norm's row terms from differentiable ATen ops, in float32 for 16-bit x as normkit's kernels compute:
+/// the ground both derivatives beyond the kernels stand on (recomputed_grads, set_norm_tangent).
+struct CompositeRows {
+  bool narrow;                // x is 16-bit: the terms are float32
+  std::vector<int64_t> axes;  // the normalized dims
+  Tensor rstd, xhat;
+
+  CompositeRows(bool rms, const Tensor& x, int64_t dims, double eps)
+      : narrow(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16) {
+    for (int64_t d = x.dim() - dims; d < x.dim(); ++d) axes.push_back(d);
+    const Tensor xf = wide(x);
+    const Tensor centred = rms ? xf : xf - xf.mean(axes, /*keepdim=*/true);
+    rstd = at::rsqrt(centred.square().mean(axes, /*keepdim=*/true) + eps);
+    xhat = centred * rstd;
+  }
+  Tensor wide(const Tensor& t) const { return narrow ? t.to(at::kFloat) : t; }
+};
+
 /// A create_graph backward's gradients, which can be differentiated again. normkit's backward ops have no
 /// derivative of their own, so the forward is recomputed from the saved x, weight and bias with
 /// differentiable ATen ops -- in float32 for 16-bit x, as normkit's kernels compute, the output cast to
@@ -86,15 +104,10 @@ double finfo_eps(at::ScalarType t) {
 std::array<Tensor, 3> recomputed_grads(bool rms, const Tensor& grad_y, const Tensor& x, int64_t dims,
                                        const Tensor& weight, const Tensor& bias, double eps,
                                        std::array<bool, 3> wanted) {
-  const bool narrow = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
-  const auto wide = [&](const Tensor& t) { return narrow ? t.to(at::kFloat) : t; };
-  std::vector<int64_t> axes;
-  for (int64_t d = x.dim() - dims; d < x.dim(); ++d) axes.push_back(d);
-  const Tensor xf = wide(x);
-  const Tensor centred = rms ? xf : xf - xf.mean(axes, /*keepdim=*/true);
-  Tensor y = centred * at::rsqrt(centred.square().mean(axes, /*keepdim=*/true) + eps);
-  if (weight.defined()) y = y * wide(weight);
-  if (bias.defined()) y = y + wide(bias);
+  const CompositeRows rows(rms, x, dims, eps);
+  Tensor y = rows.xhat;
+  if (weight.defined()) y = y * rows.wide(weight);
+  if (bias.defined()) y = y + rows.wide(bias);
   y = y.to(x.scalar_type());
   std::vector<Tensor> inputs;
   const Tensor* const candidates[3] = {&x, &weight, &bias};
@@ -297,28 +310,19 @@ std::tuple<Tensor, Tensor> rms_norm_forward_recorded(const Tensor& x, Shape norm
 // with the row's mean and rstd recomputed by ATen ops too, so that the tangent is a differentiable
 // function of x (a gradient of a JVP, reverse-over-forward, needs how mean and rstd move with x; the
 // op's statistics are constants to autograd). mean and rstd get no tangent (not differentiable outputs).
-
-
 void set_norm_tangent(bool rms, const Tensor& y, const Tensor& x, int64_t dims, const std::optional<Tensor>& weight,
                       const std::optional<Tensor>& bias, double eps) {
-  const bool narrow = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
-  const auto wide = [&](const Tensor& t) { return narrow ? t.to(at::kFloat) : t; };
-  std::vector<int64_t> axes;
-  for (int64_t d = x.dim() - dims; d < x.dim(); ++d) axes.push_back(d);
-  const Tensor xp = wide(has_tangent(x) ? x._fw_primal(0) : x);
-  const Tensor centred = rms ? xp : xp - xp.mean(axes, /*keepdim=*/true);
-  const Tensor rstd = at::rsqrt(centred.square().mean(axes, /*keepdim=*/true) + eps);
-  const Tensor xhat = centred * rstd;
-  Tensor t_y = at::zeros_like(xhat);
+  const CompositeRows rows(rms, primal(x).value(), dims, eps);
+  Tensor t_y = at::zeros_like(rows.xhat);
   if (has_tangent(x)) {
-    const Tensor t_x = wide(x._fw_grad(0));
-    Tensor t_xhat = t_x - xhat * (xhat * t_x).mean(axes, /*keepdim=*/true);
-    if (!rms) t_xhat = t_xhat - t_x.mean(axes, /*keepdim=*/true);
-    t_xhat = t_xhat * rstd;
-    t_y = t_y + (has(weight) ? t_xhat * wide(primal(weight).value()) : t_xhat);
+    const Tensor t_x = rows.wide(x._fw_grad(0));
+    Tensor t_xhat = t_x - rows.xhat * (rows.xhat * t_x).mean(rows.axes, /*keepdim=*/true);
+    if (!rms) t_xhat = t_xhat - t_x.mean(rows.axes, /*keepdim=*/true);
+    t_xhat = t_xhat * rows.rstd;
+    t_y = t_y + (has(weight) ? t_xhat * rows.wide(primal(weight).value()) : t_xhat);
   }
-  if (has_tangent(weight)) t_y = t_y + xhat * wide(weight->_fw_grad(0));
-  if (has_tangent(bias)) t_y = t_y + wide(bias->_fw_grad(0));
+  if (has_tangent(weight)) t_y = t_y + rows.xhat * rows.wide(weight->_fw_grad(0));
+  if (has_tangent(bias)) t_y = t_y + rows.wide(bias->_fw_grad(0));
   y._set_fw_grad(t_y.to(y.scalar_type()), /*level=*/0, /*is_inplace_op=*/false);
 }
 
