@@ -113,7 +113,8 @@ std::array<Tensor, 3> recomputed_grads(bool rms, const Tensor& grad_y, const Ten
   const Tensor* const candidates[3] = {&x, &weight, &bias};
   for (int i = 0; i < 3; ++i)
     if (wanted[i]) inputs.push_back(*candidates[i]);
-  const variable_list grads = torch::autograd::grad({y}, inputs, {grad_y}, /*retain_graph=*/true, /*create_graph=*/true);
+  const variable_list grads =
+      torch::autograd::grad({y}, inputs, {grad_y}, /*retain_graph=*/true, /*create_graph=*/true);
   std::array<Tensor, 3> out;
   for (int i = 0, next = 0; i < 3; ++i)
     if (wanted[i]) out[i] = grads[next++];
@@ -261,8 +262,8 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     }
     const std::string strategy = strategy_for_backward(ctx);
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [dx, dweight] = op.call(grad_y, saved[0], normalized_shape_of(ctx, saved[0]), saved[2], present(saved[1]), mask,
-                                 strategy);
+    auto [dx, dweight] = op.call(grad_y, saved[0], normalized_shape_of(ctx, saved[0]), saved[2], present(saved[1]),
+                                 mask, strategy);
     return {or_undefined(dx), Tensor(), or_undefined(dweight), Tensor(), Tensor()};
   }
 };

@@ -150,8 +150,10 @@ def test_forward_mode_ad():
 
     x, w, b, tx, tw, tb, v = rand(3, 2, 8), rand(8), rand(8), rand(3, 2, 8), rand(8), rand(8), rand(3, 2, 8)
     F = torch.nn.functional
-    norms = {"ln": (lambda x, w, b: normkit.layer_norm(x, (8,), w, b, 1e-3), lambda x, w, b: F.layer_norm(x, (8,), w, b, 1e-3)),
-             "rms": (lambda x, w, b: normkit.rms_norm(x, (8,), w, 1e-3), lambda x, w, b: F.rms_norm(x, (8,), w, 1e-3))}
+    norms = {"ln": (lambda x, w, b: normkit.layer_norm(x, (8,), w, b, 1e-3),
+                    lambda x, w, b: F.layer_norm(x, (8,), w, b, 1e-3)),
+             "rms": (lambda x, w, b: normkit.rms_norm(x, (8,), w, 1e-3),
+                     lambda x, w, b: F.rms_norm(x, (8,), w, 1e-3))}
     for name, (ours, theirs) in norms.items():
         for tangents in ((tx, None, None), (None, tw, None), (tx, tw, tb)):
             for record in (False, True):
