@@ -19,18 +19,17 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
-#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <array>
 #include <cstdint>
 #include <initializer_list>
-#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "backward_strategy.h"
+#include "op_handles.h"
 
 namespace normkit_torch {
 
@@ -65,16 +64,6 @@ void save_forward_facts(AutogradContext* ctx, Shape normalized_shape, double eps
   ctx->saved_data["dims"] = static_cast<int64_t>(normalized_shape.size());
   ctx->saved_data["eps"] = eps;
   if (auto forced = normkit_torch::backward_strategy()) ctx->saved_data["strategy"] = *forced;
-}
-
-/// torch.finfo(dtype).eps, what rms_norm's eps=None means (ops.cpp resolves it the same way).
-double finfo_eps(at::ScalarType t) {
-  switch (t) {
-    case at::kHalf: return 0.0009765625;   // 2^-10
-    case at::kBFloat16: return 0.0078125;  // 2^-7
-    case at::kDouble: return std::numeric_limits<double>::epsilon();
-    default: return std::numeric_limits<float>::epsilon();
-  }
 }
 
 /// The norm's row terms from differentiable ATen ops, in float32 for 16-bit x as normkit's kernels compute:
@@ -169,20 +158,11 @@ struct ForwardStats {
 
 class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
  public:
-  /// The forward op's typed handle (looked up once).
-  static const auto& op() {
-    static const auto handle = c10::Dispatcher::singleton()
-                                   .findSchemaOrThrow("normkit::layer_norm_forward", "")
-                                   .typed<std::tuple<Tensor, Tensor, Tensor>(const Tensor&, Shape, const std::optional<Tensor>&,
-                                                                             const std::optional<Tensor>&, double)>();
-    return handle;
-  }
-
   static variable_list forward(AutogradContext* ctx, const Tensor& x, Shape normalized_shape,
                                const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, double eps,
                                ForwardStats* stats) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [y, mean, rstd] = op().call(x, normalized_shape, weight, bias, eps);
+    auto [y, mean, rstd] = normkit_torch::layer_norm_forward_op().call(x, normalized_shape, weight, bias, eps);
     ctx->save_for_backward({x, or_undefined(weight), or_undefined(bias), mean, rstd});
     save_forward_facts(ctx, normalized_shape, eps);
     // An undefined gradient of y stays undefined (backward returns none) instead of a zero tensor.
@@ -193,12 +173,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static const auto op =
-        c10::Dispatcher::singleton()
-            .findSchemaOrThrow("normkit::layer_norm_backward", "")
-            .typed<std::tuple<std::optional<Tensor>, std::optional<Tensor>, std::optional<Tensor>>(
-                const Tensor&, const Tensor&, Shape, const Tensor&, const Tensor&, const std::optional<Tensor>&,
-                const std::optional<Tensor>&, std::array<bool, 3>, c10::string_view)>();
+    const auto& op = normkit_torch::layer_norm_backward_op();
     const variable_list saved = ctx->get_saved_variables();
     const bool has_weight = saved[1].defined(), has_bias = saved[2].defined();
     // Edges exist for the tensors that were passed: x, then weight and bias when present.
@@ -223,32 +198,19 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
 
 class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
  public:
-  /// The forward op's typed handle (looked up once).
-  static const auto& op() {
-    static const auto handle = c10::Dispatcher::singleton()
-                                   .findSchemaOrThrow("normkit::rms_norm_forward", "")
-                                   .typed<std::tuple<Tensor, Tensor>(const Tensor&, Shape, const std::optional<Tensor>&,
-                                                                     std::optional<double>)>();
-    return handle;
-  }
-
   static variable_list forward(AutogradContext* ctx, const Tensor& x, Shape normalized_shape,
                                const std::optional<Tensor>& weight, std::optional<double> eps, ForwardStats* stats) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [y, rstd] = op().call(x, normalized_shape, weight, eps);
+    auto [y, rstd] = normkit_torch::rms_norm_forward_op().call(x, normalized_shape, weight, eps);
     ctx->save_for_backward({x, or_undefined(weight), rstd});
-    save_forward_facts(ctx, normalized_shape, eps.value_or(finfo_eps(x.scalar_type())));
+    save_forward_facts(ctx, normalized_shape, eps.value_or(normkit_torch::finfo_eps(x.scalar_type())));
     ctx->set_materialize_grads(false);  // as in LayerNormFunction
     stats->rstd = rstd;
     return {y};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow("normkit::rms_norm_backward", "")
-                               .typed<std::tuple<std::optional<Tensor>, std::optional<Tensor>>(
-                                   const Tensor&, const Tensor&, Shape, const Tensor&, const std::optional<Tensor>&,
-                                   std::array<bool, 2>, c10::string_view)>();
+    const auto& op = normkit_torch::rms_norm_backward_op();
     const variable_list saved = ctx->get_saved_variables();
     const bool has_weight = saved[1].defined();
     const std::array<bool, 2> mask = {ctx->needs_input_grad(0), has_weight && ctx->needs_input_grad(1)};
@@ -284,7 +246,7 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_forward_recorded(const Tensor& x, 
                                                                const std::optional<Tensor>& bias, double eps) {
   if (!records_graph(x, {&weight, &bias})) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return LayerNormFunction::op().call(x, normalized_shape, weight, bias, eps);
+    return normkit_torch::layer_norm_forward_op().call(x, normalized_shape, weight, bias, eps);
   }
   ForwardStats stats;
   const variable_list out = LayerNormFunction::apply(x, normalized_shape, weight, bias, eps, &stats);
@@ -295,7 +257,7 @@ std::tuple<Tensor, Tensor> rms_norm_forward_recorded(const Tensor& x, Shape norm
                                                      const std::optional<Tensor>& weight, std::optional<double> eps) {
   if (!records_graph(x, {&weight})) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return RmsNormFunction::op().call(x, normalized_shape, weight, eps);
+    return normkit_torch::rms_norm_forward_op().call(x, normalized_shape, weight, eps);
   }
   ForwardStats stats;
   const variable_list out = RmsNormFunction::apply(x, normalized_shape, weight, eps, &stats);
@@ -342,7 +304,7 @@ std::tuple<Tensor, Tensor> rms_norm_forward_autograd(const Tensor& x, Shape norm
   if (!(has_tangent(x) || has_tangent(weight))) return rms_norm_forward_recorded(x, normalized_shape, weight, eps);
   auto out = rms_norm_forward_recorded(primal(x).value(), normalized_shape, primal(weight), eps);
   set_norm_tangent(true, std::get<0>(out), x, static_cast<int64_t>(normalized_shape.size()), weight, std::nullopt,
-                   eps.value_or(finfo_eps(x.scalar_type())));
+                   eps.value_or(normkit_torch::finfo_eps(x.scalar_type())));
   return out;
 }
 

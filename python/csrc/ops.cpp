@@ -14,12 +14,10 @@
 #include <torch/extension.h>
 
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include <array>
-#include <cfloat>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -35,6 +33,7 @@
 
 #include "backward_strategy.h"
 #include "normkit/normkit.h"
+#include "op_handles.h"
 
 namespace {
 
@@ -383,16 +382,6 @@ std::tuple<OptTensor, OptTensor, OptTensor> layer_norm_backward(const Tensor& dy
 // RMSNorm
 // ---------------------------------------------------------------------------------------------
 
-/// torch.finfo(dtype).eps, PyTorch's default for rms_norm(eps=None).
-double finfo_eps(at::ScalarType t) {
-  switch (t) {
-    case at::kHalf: return 0.0009765625;       // 2^-10
-    case at::kBFloat16: return 0.0078125;      // 2^-7
-    case at::kDouble: return DBL_EPSILON;
-    default: return FLT_EPSILON;
-  }
-}
-
 std::tuple<Tensor, Tensor> rms_norm_forward(const Tensor& x_in, at::IntArrayRef normalized_shape,
                                             const std::optional<Tensor>& weight_in, std::optional<double> eps) {
   constexpr const char* op = "rms_norm_forward";
@@ -420,7 +409,7 @@ std::tuple<Tensor, Tensor> rms_norm_forward(const Tensor& x_in, at::IntArrayRef 
   normkit::RmsNormForwardArgs args;
   args.x = const_rows(op, "x", x, x_stride, s);
   args.weight = opt_vec(op, "weight", weight);
-  args.eps = eps ? *eps : finfo_eps(x_in.scalar_type());
+  args.eps = eps ? *eps : normkit_torch::finfo_eps(x_in.scalar_type());
   args.y = rows_of(op, "y", y, s);
   args.rstd = vec_of(op, "rstd", rstd);
   translate_errors([&] { normkit::rms_norm_forward(args, exec.config); });
@@ -592,21 +581,14 @@ TORCH_LIBRARY_IMPL(normkit, CUDA, m) {
 // without a __torch_function__ override or mode.
 Tensor layer_norm_y(const Tensor& x, std::vector<int64_t> normalized_shape, const std::optional<Tensor>& weight,
                     const std::optional<Tensor>& bias, double eps) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("normkit::layer_norm_forward", "")
-                             .typed<std::tuple<Tensor, Tensor, Tensor>(const Tensor&, c10::SymIntArrayRef,
-                                                                       const std::optional<Tensor>&,
-                                                                       const std::optional<Tensor>&, double)>();
+  const auto& op = normkit_torch::layer_norm_forward_op();
   pybind11::gil_scoped_release no_gil;  // as torch's own bindings do around a dispatch
   return std::get<0>(op.call(x, c10::fromIntArrayRefSlow(normalized_shape), weight, bias, eps));
 }
 
 Tensor rms_norm_y(const Tensor& x, std::vector<int64_t> normalized_shape, const std::optional<Tensor>& weight,
                   std::optional<double> eps) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("normkit::rms_norm_forward", "")
-                             .typed<std::tuple<Tensor, Tensor>(const Tensor&, c10::SymIntArrayRef,
-                                                               const std::optional<Tensor>&, std::optional<double>)>();
+  const auto& op = normkit_torch::rms_norm_forward_op();
   pybind11::gil_scoped_release no_gil;
   return std::get<0>(op.call(x, c10::fromIntArrayRefSlow(normalized_shape), weight, eps));
 }
