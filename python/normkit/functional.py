@@ -31,6 +31,12 @@ def _eager(input, weight, bias=None) -> bool:
             and not has_torch_function_variadic(input, weight, bias))
 
 
+def _under_transform() -> bool:
+    """Whether a torch.func transform runs (outside torch.compile, whose tracing reports one): the call takes
+    _functorch.py's Functions."""
+    return not _is_compiling() and _transform_running() is not None
+
+
 def layer_norm(input: Tensor, normalized_shape: _ShapeLike, weight: Optional[Tensor] = None,
                bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     """Like torch.nn.functional.layer_norm, on normkit's kernels.
@@ -43,7 +49,7 @@ def layer_norm(input: Tensor, normalized_shape: _ShapeLike, weight: Optional[Ten
     shape, eps = _shape(normalized_shape), float(eps)
     if _eager(input, weight, bias):
         return _C._layer_norm(input, shape, weight, bias, eps)
-    if not _is_compiling() and _transform_running() is not None:
+    if _under_transform():
         return _functorch.LayerNorm.apply(input, shape, weight, bias, eps)[0]
     return torch.ops.normkit.layer_norm_forward(input, shape, weight, bias, eps)[0]
 
@@ -55,6 +61,6 @@ def rms_norm(input: Tensor, normalized_shape: _ShapeLike, weight: Optional[Tenso
     shape, eps = _shape(normalized_shape), None if eps is None else float(eps)
     if _eager(input, weight):
         return _C._rms_norm(input, shape, weight, eps)
-    if not _is_compiling() and _transform_running() is not None:
+    if _under_transform():
         return _functorch.RmsNorm.apply(input, shape, weight, eps)[0]
     return torch.ops.normkit.rms_norm_forward(input, shape, weight, eps)[0]
