@@ -89,7 +89,11 @@ class LayerNorm(torch.nn.LayerNorm):
     """torch.nn.LayerNorm whose forward runs normkit.layer_norm."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+        if torch.jit.is_scripting():  # TorchScript compiles this branch only: the op, whose autograd is C++'s
+            return torch.ops.normkit.layer_norm_forward(input, list(self.normalized_shape), self.weight, self.bias,
+                                                        self.eps)[0]
+        else:
+            return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     @classmethod
     def from_module(cls, module: torch.nn.Module, check: bool = True) -> "LayerNorm":
@@ -116,7 +120,10 @@ class RMSNorm(torch.nn.RMSNorm):
     """torch.nn.RMSNorm whose forward runs normkit.rms_norm (eps=None: finfo(input.dtype).eps)."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return rms_norm(input, self.normalized_shape, self.weight, self.eps)
+        if torch.jit.is_scripting():  # as LayerNorm.forward
+            return torch.ops.normkit.rms_norm_forward(input, list(self.normalized_shape), self.weight, self.eps)[0]
+        else:
+            return rms_norm(input, self.normalized_shape, self.weight, self.eps)
 
     @classmethod
     def from_module(cls, module: torch.nn.Module, check: bool = True) -> "RMSNorm":

@@ -174,3 +174,85 @@ def test_cuda_graph_capture_and_replay():
         assert_close("y", y_replayed, y, 1e-3)
         for n, p in eager_model.named_parameters():
             assert_close(f"{n}.grad (seed {seed})", replayed[n], p.grad, 1e-3)
+
+
+class _NormStack(torch.nn.Module):
+    """Every module form: LayerNorm affine, without affine over a 2-dim shape, without bias; RMSNorm with
+    a weight and eps=None, and without weight."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.ln = normkit.nn.LayerNorm(d)
+        self.ln_2d = normkit.nn.LayerNorm((4, d // 4), elementwise_affine=False)
+        self.ln_nobias = normkit.nn.LayerNorm(d, bias=False)
+        self.rms = normkit.nn.RMSNorm(d)
+        self.rms_plain = normkit.nn.RMSNorm([d], eps=1e-3, elementwise_affine=False)
+
+    def forward(self, x):
+        y = self.ln(x)
+        y = self.ln_2d(y.unflatten(-1, (4, -1))).flatten(-2)
+        return self.rms_plain(self.rms(self.ln_nobias(y)))
+
+
+def _norm_stack():
+    torch.manual_seed(0)
+    model = _NormStack().to(DEV)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_()  # not the ones and zeros a fresh module starts with
+    return model
+
+
+def _normkit_calls(names):
+    return sorted(n for n in names if "normkit" in n)
+
+
+def test_torch_export_keeps_normkit_ops_and_round_trips():
+    """torch.export (the path to AOTInductor and serving): the exported graph calls normkit's ops, with a
+    dynamic batch dimension through their fake kernels, and survives save / load."""
+    import io
+    model = _norm_stack()
+    x = torch.randn(6, 16, device=DEV)
+    batch = torch.export.Dim("batch")
+    ep = torch.export.export(model, (x,), dynamic_shapes=({0: batch},))
+    calls = _normkit_calls(str(n.target) for n in ep.graph.nodes if n.op == "call_function")
+    assert calls == ["normkit.layer_norm_forward.default"] * 3 + ["normkit.rms_norm_forward.default"] * 2, calls
+    buffer = io.BytesIO()
+    torch.export.save(ep, buffer)
+    buffer.seek(0)
+    loaded = torch.export.load(buffer)
+    for rows in (6, 11):  # the traced batch and another
+        x = torch.randn(rows, 16, device=DEV)
+        with torch.no_grad():
+            expect = model(x)
+        assert_close(f"exported, {rows} rows", ep.module()(x), expect, 0)
+        assert_close(f"loaded, {rows} rows", loaded.module()(x), expect, 0)
+
+
+def test_torchscript_script_and_trace_run_normkit_ops():
+    """torch.jit.script of the modules (deprecated by PyTorch, still in serving stacks: torch.nn.LayerNorm
+    scripts, so its drop-in must) compiles their forward to the ops; the scripted module gives eager's
+    outputs and gradients, and so after torch.jit.save / load. torch.jit.trace records the ops too."""
+    import io
+    import warnings
+    model = _norm_stack()
+    x = torch.randn(5, 16, device=DEV, requires_grad=True)
+    y = model(x)
+    (gx,) = torch.autograd.grad(y.square().sum(), x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.* warn that they are deprecated
+        scripted = torch.jit.script(model)
+        buffer = io.BytesIO()
+        torch.jit.save(scripted, buffer)
+        buffer.seek(0)
+        loaded = torch.jit.load(buffer)
+        traced = torch.jit.trace(model, (x,))
+    code = "".join(getattr(scripted, name).code for name in ("ln", "ln_2d", "ln_nobias", "rms", "rms_plain"))
+    assert code.count("ops.normkit.layer_norm_forward") == 3 and code.count("ops.normkit.rms_norm_forward") == 2, code
+    for name, module in (("scripted", scripted), ("loaded", loaded), ("traced", traced)):
+        out = module(x)
+        assert_close(f"{name} y", out, y, 0)
+        (g,) = torch.autograd.grad(out.square().sum(), x)
+        assert_close(f"{name} dx", g, gx, 0)
+    kinds = _normkit_calls(n.kind() for n in traced.inlined_graph.nodes())
+    assert kinds == ["normkit::layer_norm_forward"] * 3 + ["normkit::rms_norm_forward"] * 2, kinds
