@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 from torch.overrides import has_torch_function_variadic
 
-from . import _C, _functorch
+from . import _C, _dtensor, _functorch
 
 _ShapeLike = Union[int, Sequence[int], torch.Size]
 
@@ -49,6 +49,9 @@ def layer_norm(input: Tensor, normalized_shape: _ShapeLike, weight: Optional[Ten
     shape, eps = _shape(normalized_shape), float(eps)
     if _eager(input, weight, bias):
         return _C._layer_norm(input, shape, weight, bias, eps)
+    if _dtensor.any_dtensor(input, weight, bias):  # on the local shards (_dtensor.py)
+        return _dtensor.norm(lambda x, w, b: layer_norm(x, shape, w, b, eps), "layer_norm", input, shape,
+                             (weight, bias))
     if _under_transform():
         return _functorch.LayerNorm.apply(input, shape, weight, bias, eps)[0]
     return torch.ops.normkit.layer_norm_forward(input, shape, weight, bias, eps)[0]
@@ -61,6 +64,8 @@ def rms_norm(input: Tensor, normalized_shape: _ShapeLike, weight: Optional[Tenso
     shape, eps = _shape(normalized_shape), None if eps is None else float(eps)
     if _eager(input, weight):
         return _C._rms_norm(input, shape, weight, eps)
+    if _dtensor.any_dtensor(input, weight):
+        return _dtensor.norm(lambda x, w: rms_norm(x, shape, w, eps), "rms_norm", input, shape, (weight,))
     if _under_transform():
         return _functorch.RmsNorm.apply(input, shape, weight, eps)[0]
     return torch.ops.normkit.rms_norm_forward(input, shape, weight, eps)[0]
