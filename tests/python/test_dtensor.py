@@ -1,7 +1,7 @@
 """normkit's norms on DTensors (tensor / sequence parallelism), on two CPU processes over gloo: the values and
 gradients of torch.nn.functional's norms on the whole tensors, the placements a sharding rule would give,
 and a sequence-parallel block (torch.distributed.tensor.parallel) with normkit's modules swapped in, eager
-and under torch.compile, against the same block with torch's modules."""
+and under torch.compile, against the same block with torch's modules; and FSDP2 over the norms."""
 import copy
 
 import pytest
@@ -126,6 +126,32 @@ def _sequence_parallel_block(rank, mesh):
     assert counter.frame_count == 1 and {"normkit.layer_norm_forward", "normkit.rms_norm_forward"} <= traced, traced
 
 
+def _fully_sharded(rank, mesh):
+    """FSDP2 (fully_shard) over modules holding the norms: the gradients of torch's norms, sharded the same."""
+    from torch.distributed.fsdp import fully_shard
+
+    import normkit
+
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 16),
+                                    torch.nn.RMSNorm(16)).double()
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.normal_()
+    ours = copy.deepcopy(reference)
+    assert normkit.swap_norms(ours) == 2
+    x = torch.randn(8, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(rank))  # a batch a rank
+    grads = []
+    for model in (reference, ours):
+        fully_shard(model[1], mesh=mesh)
+        fully_shard(model[3], mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        model(x).square().sum().backward()
+        grads.append({n: p.grad.full_tensor() for n, p in model.named_parameters()})
+    for n, g in grads[0].items():
+        assert_close(f"FSDP2 {n}.grad", grads[1][n], g, 1e-12)
+
+
 def _worker(rank, init_file):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     try:
@@ -133,6 +159,7 @@ def _worker(rank, init_file):
         mesh = init_device_mesh("cpu", (WORLD,))
         _functional_cases(rank, mesh)
         _sequence_parallel_block(rank, mesh)
+        _fully_sharded(rank, mesh)
         dist.barrier()
     finally:
         dist.destroy_process_group()
