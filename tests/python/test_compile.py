@@ -229,6 +229,20 @@ def test_torch_export_keeps_normkit_ops_and_round_trips():
         assert_close(f"loaded, {rows} rows", loaded.module()(x), expect, 0)
 
 
+def test_aot_inductor_package_runs_normkit_ops(tmp_path):
+    """AOTInductor (serving without Python's tracing): the exported graph compiled to a package calls
+    normkit's ops through its proxy executor, with a dynamic batch."""
+    model = _norm_stack().eval()
+    batch = torch.export.Dim("batch")
+    with torch.no_grad():
+        ep = torch.export.export(model, (torch.randn(6, 16, device=DEV),), dynamic_shapes=({0: batch},))
+        path = torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp_path / "norms.pt2"))
+        runner = torch._inductor.aoti_load_package(path)
+        for rows in (6, 13):
+            x = torch.randn(rows, 16, device=DEV)
+            assert_close(f"AOTInductor, {rows} rows", runner(x), model(x), 1e-6)
+
+
 def test_torchscript_script_and_trace_run_normkit_ops():
     """torch.jit.script of the modules (deprecated by PyTorch, still in serving stacks: torch.nn.LayerNorm
     scripts, so its drop-in must) compiles their forward to the ops; the scripted module gives eager's
