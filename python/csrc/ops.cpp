@@ -60,6 +60,20 @@ auto translate_errors(Fn&& fn) -> decltype(fn()) {
 // tensors -> views
 // ---------------------------------------------------------------------------------------------
 
+/// A dtype as PyTorch users write it (torch.float16), as the fake kernels' messages print it; the
+/// library's own messages say f16.
+std::string torch_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "torch.float32";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kDouble: return "torch.float64";
+    case at::kLong: return "torch.int64";
+    case at::kInt: return "torch.int32";
+    default: return std::string("torch.") + c10::toString(t);
+  }
+}
+
 normkit::DType to_dtype(const char* op, const char* name, const Tensor& t) {
   switch (t.scalar_type()) {
     case at::kFloat: return normkit::DType::F32;
@@ -67,7 +81,7 @@ normkit::DType to_dtype(const char* op, const char* name, const Tensor& t) {
     case at::kBFloat16: return normkit::DType::BF16;
     case at::kDouble: return normkit::DType::F64;
     default:
-      TORCH_CHECK(false, "normkit.", op, ": argument '", name, "' has dtype ", t.scalar_type(),
+      TORCH_CHECK(false, "normkit.", op, ": argument '", name, "' has dtype ", torch_dtype(t.scalar_type()),
                   ", expected float32, float16, bfloat16 or float64");
   }
 }
@@ -188,6 +202,27 @@ void check_param(const char* op, const char* name, const std::optional<Tensor>& 
               ", expected normalized_shape ", at::IntArrayRef(s.normalized));
 }
 
+/// The library's rule for the parameters' dtypes (normkit.h), checked here so that the message speaks
+/// PyTorch: the weight (else the bias) has x's dtype or float32, and a bias has the weight's dtype.
+void check_param_dtypes(const char* op, const Tensor& x, const std::optional<Tensor>& weight,
+                        const std::optional<Tensor>& bias) {
+  const char* owner = nullptr;
+  at::ScalarType owner_dtype = at::kFloat;
+  for (const auto& [name, p] : {std::pair{"weight", &weight}, std::pair{"bias", &bias}}) {
+    if (!*p || !(*p)->defined()) continue;
+    const at::ScalarType t = (*p)->scalar_type();
+    if (owner == nullptr) {
+      TORCH_CHECK(t == x.scalar_type() || t == at::kFloat, "normkit.", op, ": argument '", name, "' has dtype ",
+                  torch_dtype(t), ", expected ", torch_dtype(x.scalar_type()), " (the dtype of 'x') or torch.float32");
+      owner = name;
+      owner_dtype = t;
+    } else {
+      TORCH_CHECK(t == owner_dtype, "normkit.", op, ": argument '", name, "' has dtype ", torch_dtype(t),
+                  ", expected ", torch_dtype(owner_dtype), " (the dtype of '", owner, "')");
+    }
+  }
+}
+
 std::optional<Tensor> defined(const std::optional<Tensor>& t) {
   if (t && t->defined()) return t;
   return std::nullopt;
@@ -254,6 +289,7 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_forward(const Tensor& x_in, at::In
   const Shape s = check_shape(op, x_in, normalized_shape);
   check_param(op, "weight", weight_in, x_in, s);
   check_param(op, "bias", bias_in, x_in, s);
+  check_param_dtypes(op, x_in, weight_in, bias_in);
   if (on_cuda_f64(x_in)) {
     auto [y, mean, rstd] =
         layer_norm_forward(x_in.cpu(), normalized_shape, to_cpu(weight_in), to_cpu(bias_in), eps);
@@ -325,6 +361,7 @@ std::tuple<OptTensor, OptTensor, OptTensor> layer_norm_backward(const Tensor& dy
   check_stats(op, "rstd", rstd_in, x_in, s);
   check_param(op, "weight", weight_in, x_in, s);
   check_param(op, "bias", bias_in, x_in, s);
+  check_param_dtypes(op, x_in, weight_in, bias_in);
   if (on_cuda_f64(x_in)) {
     auto [dx, dw, db] = layer_norm_backward(dy_in.cpu(), x_in.cpu(), normalized_shape, mean_in.cpu(), rstd_in.cpu(),
                                             to_cpu(weight_in), to_cpu(bias_in), output_mask, strategy);
@@ -388,6 +425,7 @@ std::tuple<Tensor, Tensor> rms_norm_forward(const Tensor& x_in, at::IntArrayRef 
   check_tensor(op, "x", x_in, x_in);
   const Shape s = check_shape(op, x_in, normalized_shape);
   check_param(op, "weight", weight_in, x_in, s);
+  check_param_dtypes(op, x_in, weight_in, std::nullopt);
   if (on_cuda_f64(x_in)) {
     auto [y, rstd] = rms_norm_forward(x_in.cpu(), normalized_shape, to_cpu(weight_in), eps);
     return {y.to(x_in.device()), rstd.to(x_in.device())};
@@ -425,6 +463,7 @@ std::tuple<OptTensor, OptTensor> rms_norm_backward(const Tensor& dy_in, const Te
   check_grad_out(op, dy_in, x_in);
   check_stats(op, "rstd", rstd_in, x_in, s);
   check_param(op, "weight", weight_in, x_in, s);
+  check_param_dtypes(op, x_in, weight_in, std::nullopt);
   if (on_cuda_f64(x_in)) {
     auto [dx, dw] = rms_norm_backward(dy_in.cpu(), x_in.cpu(), normalized_shape, rstd_in.cpu(), to_cpu(weight_in),
                                       output_mask, strategy);

@@ -66,14 +66,22 @@ def _check_common(op, x, normalized_shape, params):
         torch._check(x.shape[x.dim() - k + i] == size,
                      lambda: f"normkit.{op}: argument 'normalized_shape' is {list(normalized_shape)}, expected the "
                              f"trailing dimensions of 'x' (shape {list(x.shape)})")
+    owner = None  # the first parameter sets the dtype of the others (ops.cpp, check_param_dtypes)
     for name, p in params:
         if p is None:
             continue
         torch._check(p.dim() == k and all(a == b for a, b in zip(p.shape, normalized_shape)),
                      lambda: f"normkit.{op}: argument '{name}' has shape {list(p.shape)}, expected normalized_shape "
                              f"{list(normalized_shape)}")
-        torch._check(p.dtype in (x.dtype, torch.float32),
-                     lambda: f"normkit.{op}: argument '{name}' has dtype {p.dtype}, expected {x.dtype} or float32")
+        if owner is None:
+            torch._check(p.dtype in (x.dtype, torch.float32),
+                         lambda: f"normkit.{op}: argument '{name}' has dtype {p.dtype}, expected {x.dtype} (the dtype "
+                                 f"of 'x') or torch.float32")
+            owner = (name, p.dtype)
+        else:
+            torch._check(p.dtype == owner[1],
+                         lambda: f"normkit.{op}: argument '{name}' has dtype {p.dtype}, expected {owner[1]} (the dtype "
+                                 f"of '{owner[0]}')")
     return k
 
 

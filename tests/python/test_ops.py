@@ -431,6 +431,31 @@ def test_bad_inputs_raise_clear_errors():
             fn()
 
 
+def test_parameter_dtype_errors_name_torch_dtypes_in_eager_and_traced_calls():
+    """The parameters' dtype rule (the weight, else the bias, has x's dtype or float32; a bias has the
+    weight's dtype) says the same words from the op and from its fake kernel (torch.compile, export)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    x = torch.randn(4, 16, device=DEV)
+    w = torch.ones(16, device=DEV)
+    cases = [
+        ("argument 'weight' has dtype torch.float16, expected torch.float32 (the dtype of 'x') or torch.float32",
+         lambda x, w: ops.layer_norm_forward(x, [16], w.half(), None, 1e-5)),
+        ("argument 'bias' has dtype torch.float16, expected torch.float32 (the dtype of 'weight')",
+         lambda x, w: ops.layer_norm_forward(x.half(), [16], w, w.half(), 1e-5)),
+        ("argument 'bias' has dtype torch.bfloat16, expected torch.float16 (the dtype of 'x') or torch.float32",
+         lambda x, w: ops.layer_norm_forward(x.half(), [16], None, w.bfloat16(), 1e-5)),
+        ("argument 'weight' has dtype torch.float16, expected torch.bfloat16 (the dtype of 'x') or torch.float32",
+         lambda x, w: ops.rms_norm_forward(x.bfloat16(), [16], w.half(), None)),
+    ]
+    for message, fn in cases:
+        with pytest.raises(RuntimeError) as eager:
+            fn(x, w)
+        assert message in str(eager.value), str(eager.value)
+        with FakeTensorMode() as mode, pytest.raises(RuntimeError) as traced:
+            fn(mode.from_tensor(x), mode.from_tensor(w))
+        assert message in str(traced.value), str(traced.value)
+
+
 def _backward(x, w, strategy="auto", dy=None):
     _, mean, rstd = ops.layer_norm_forward(x, [16], w, None, 1e-5)
     dy = torch.ones_like(x) if dy is None else dy
