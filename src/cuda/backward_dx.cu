@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(dx_kernel_max_threads<kSplit, ITEMS>(), dx_ker
           for (int i = 0; i < VEC; ++i) {
             const float gv = __fmul_rn(dys.at(u, i), w[i]);
             sum_g += gv;
-            sum_g_xhat += gv * (xs.at(u, i) - mean) * rstd;
+            sum_g_xhat += gv * ((xs.at(u, i) - mean) * rstd);  // g * xhat: no (g * (x - mean)) to overflow
           }
         });
       }
