@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_
         rstd = rsqrtf(sq * inv_n + p.eps);
       } else {
         // padding slots hold 0: the sum needs no mask; the squared deviations do (0 - mean != 0)
-        mean = row_sum(lane_sum(x, [](float v) { return v; })) * inv_n;
+        mean = row_mean(row_sum(lane_sum(x, [](float v) { return v; })), p.cols, inv_n);
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
@@ -355,7 +355,7 @@ __global__ void __launch_bounds__(kShortRowBlockThreads, short_row_min_blocks(IT
     if constexpr (kRms) {
       rstd[j] = rsqrtf(row_sum(lane_sum_of(xp[j], [](float v) { return v * v; }, ITEMS)) * p.inv_cols + p.eps);
     } else {
-      mean[j] = row_sum(lane_sum_of(xp[j], [](float v) { return v; }, ITEMS)) * p.inv_cols;
+      mean[j] = row_mean(row_sum(lane_sum_of(xp[j], [](float v) { return v; }, ITEMS)), p.cols, p.inv_cols);
       const float m = mean[j];
       const float lane_m2 = lane_sum_of(xp[j], [m](float v) { return (v - m) * (v - m); }, valid_vectors);
       rstd[j] = rsqrtf(row_sum(lane_m2) * p.inv_cols + p.eps);
@@ -517,7 +517,7 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
         const int rank = min(b, last);  // lanes past the cluster read a real slot and weigh it 0
         const float mean_b = b <= last ? slots[rank][0] : 0.f;
         const float m2_b = b <= last ? slots[rank][1] : 0.f;
-        mean = warp_sum(n_b * mean_b) * inv_n;
+        mean = row_mean(warp_sum(n_b * mean_b), p.cols, inv_n);
         const float delta = mean_b - mean;
         m2 = warp_sum(fmaf(n_b * delta, delta, m2_b));
       });

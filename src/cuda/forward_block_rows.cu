@@ -73,7 +73,7 @@ __device__ __forceinline__ void forward_block_row(const BlockRowParams<T, W>& p)
   } else {
     const float lane = lane_sum(x, [](float v) { return v; });
     if constexpr (kPacked) xv.forget_conversions();
-    mean = block_sum<THREADS, kPacked>(lane, warp_sums[0]) * p.inv_cols;
+    mean = row_mean(block_sum<THREADS, kPacked>(lane, warp_sums[0]), p.cols, p.inv_cols);
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k)
 #pragma unroll
