@@ -30,15 +30,10 @@ std::vector<std::pair<std::int64_t, double>> make_constant_rows(HostCase& hc) {
   return rows;
 }
 
-struct ConstantRowsCase {
-  Spec spec;
-};
-void PrintTo(const ConstantRowsCase& c, std::ostream* os) { *os << c.spec.name; }
-
-class ConstantRows : public testing::TestWithParam<ConstantRowsCase> {};
+class ConstantRows : public testing::TestWithParam<Spec> {};
 
 TEST_P(ConstantRows, MeanIsTheValueAndYIsTheBias) {
-  const Spec& spec = GetParam().spec;
+  const Spec& spec = GetParam();
   SCOPED_TRACE(testing::PrintToString(spec));
   auto hc = make_host_case(spec);
   const auto constant = make_constant_rows(*hc);
@@ -90,20 +85,20 @@ TEST_P(ConstantRows, MeanIsTheValueAndYIsTheBias) {
 // a cluster (fp32: exact xhat; 16-bit: the FMA form), the widest split rows; with and without a bias.
 INSTANTIATE_TEST_SUITE_P(
     Walks, ConstantRows,
-    testing::Values(ConstantRowsCase{ln_spec("constant_ln_M3000_N64_f16", 3000, 64, DT::F16)},
-                    ConstantRowsCase{ln_spec("constant_ln_M97_N1000_f32", 97, 1000, DT::F32)},
-                    ConstantRowsCase{ln_spec("constant_ln_M600_N4096_bf16", 600, 4096, DT::BF16)},
-                    ConstantRowsCase{ln_spec("constant_ln_M50_N1001_f16", 50, 1001, DT::F16)},
-                    ConstantRowsCase{ln_spec("constant_ln_M7_N57352_bf16", 7, 57352, DT::BF16)},
-                    ConstantRowsCase{ln_spec("constant_ln_M30_N24576_f32", 30, 24576, DT::F32)},
-                    ConstantRowsCase{ln_spec("constant_ln_M40_N65536_bf16", 40, 65536, DT::BF16)},
-                    ConstantRowsCase{ln_spec("constant_ln_M24_N262144_f16", 24, 262144, DT::F16)},
-                    ConstantRowsCase{[] {
+    testing::Values(ln_spec("constant_ln_M3000_N64_f16", 3000, 64, DT::F16),
+                    ln_spec("constant_ln_M97_N1000_f32", 97, 1000, DT::F32),
+                    ln_spec("constant_ln_M600_N4096_bf16", 600, 4096, DT::BF16),
+                    ln_spec("constant_ln_M50_N1001_f16", 50, 1001, DT::F16),
+                    ln_spec("constant_ln_M7_N57352_bf16", 7, 57352, DT::BF16),
+                    ln_spec("constant_ln_M30_N24576_f32", 30, 24576, DT::F32),
+                    ln_spec("constant_ln_M40_N65536_bf16", 40, 65536, DT::BF16),
+                    ln_spec("constant_ln_M24_N262144_f16", 24, 262144, DT::F16),
+                    [] {
                       Spec s = ln_spec("constant_ln_M200_N1000_bf16_nobias", 200, 1000, DT::BF16);
                       s.has_bias = false;
                       return s;
-                    }()}),
-    [](const testing::TestParamInfo<ConstantRowsCase>& info) { return info.param.spec.name; });
+                    }()),
+    spec_name);
 
 }  // namespace
 }  // namespace normkit::gputest
