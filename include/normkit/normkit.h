@@ -9,7 +9,10 @@
 // T or F32. mean/rstd are F32 per row (F64 when T is F64).
 //
 // Every call validates all arguments before touching any output and throws normkit::Error naming
-// the offending argument. Device calls run asynchronously on ExecConfig::stream.
+// the offending argument. Outputs must not share a byte with an input or with each other (in-place
+// calls are rejected: some plans read an input after other blocks wrote outputs); views that only
+// interleave in one buffer, e.g. [x | y] in each row, are fine. Device calls run asynchronously on
+// ExecConfig::stream.
 #pragma once
 
 #include <optional>

@@ -2,9 +2,12 @@
 // is touched; the planner's view of a validated problem.
 #include "core/problem.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "cuda/dispatch.h"
@@ -215,6 +218,87 @@ class Validator {
   DType weight_dtype_ = DType::F32;
 };
 
+/// The bytes one argument occupies, for the overlap check: `rows` runs of `row_bytes` bytes, `stride`
+/// bytes apart (a vector is one run). Empty when the argument has no elements.
+struct Extent {
+  const char* name = nullptr;
+  std::uintptr_t base = 0;
+  std::int64_t rows = 0, row_bytes = 0, stride = 0;
+
+  bool empty() const { return base == 0 || rows <= 0 || row_bytes <= 0; }
+  std::uintptr_t end() const { return base + std::uintptr_t((rows - 1) * stride + row_bytes); }
+};
+
+Extent extent_of(const char* name, const void* data, DType dtype, std::int64_t rows, std::int64_t cols,
+                 std::int64_t stride) {
+  const auto elem = static_cast<std::int64_t>(dtype_size(dtype));
+  return {name, reinterpret_cast<std::uintptr_t>(data), rows, cols * elem, stride * elem};
+}
+Extent extent_of(const char* name, const ConstRows& v) {
+  return extent_of(name, v.data, v.dtype, v.rows, v.cols, v.stride());
+}
+Extent extent_of(const char* name, const ConstVec& v) { return extent_of(name, v.data, v.dtype, 1, v.size, v.size); }
+
+std::int64_t floor_div(std::int64_t a, std::int64_t b) {  // b > 0
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+/// Whether one run of bytes [p, p + length) meets a row of `rows`: the first row ending after p starts
+/// before p + length.
+bool run_meets_rows(std::uintptr_t p, std::int64_t length, const Extent& rows) {
+  const auto offset = static_cast<std::int64_t>(p - rows.base);  // within one allocation when spans meet
+  const std::int64_t first = std::max<std::int64_t>(0, floor_div(offset - rows.row_bytes, rows.stride) + 1);
+  return first < rows.rows && first * rows.stride < offset + length;
+}
+
+/// Whether two arguments share a byte. Strided rows may interleave with another argument in one buffer
+/// (e.g. [x | y] in each row) without sharing a byte, so rows are compared as rows: a single run against
+/// the rows it could meet, and rows of one stride by the distance of their bases (rows i of `a` and j of
+/// `b` meet iff |d + (j - i) stride| is below the row length; only the two row distances around
+/// -d / stride can be). Rows of different strides whose spans meet count as overlapping (conservative).
+bool overlap(const Extent& a, const Extent& b) {
+  if (a.empty() || b.empty() || a.end() <= b.base || b.end() <= a.base) return false;
+  if (a.rows == 1) return run_meets_rows(a.base, a.row_bytes, b);
+  if (b.rows == 1) return run_meets_rows(b.base, b.row_bytes, a);
+  if (a.stride != b.stride || a.row_bytes != b.row_bytes) return true;
+  const auto d = static_cast<std::int64_t>(b.base - a.base);
+  const std::int64_t k0 = floor_div(-d, a.stride);  // k = j - i in [-(a.rows - 1), b.rows - 1]
+  for (std::int64_t k : {k0, k0 + 1}) {
+    if (k < -(a.rows - 1) || k > b.rows - 1) continue;
+    const std::int64_t gap = d + k * a.stride;
+    if (gap > -a.row_bytes && gap < a.row_bytes) return true;
+  }
+  return false;
+}
+
+/// The present arguments of one side of a call (at most five: no allocation on the call's path).
+struct Extents {
+  std::array<Extent, 5> items;
+  std::size_t count = 0;
+  void add(const Extent& e) { items[count++] = e; }
+  template <typename View>
+  void add(const char* name, const std::optional<View>& v) {
+    if (v) add(extent_of(name, *v));
+  }
+  const Extent* begin() const { return items.data(); }
+  const Extent* end() const { return items.data() + count; }
+};
+
+/// Outputs must not share memory with the inputs or with each other: the kernels read an input after
+/// another block may have written an output over it (two-pass and tiled read dy after the dX kernel, the
+/// streamed forward reads x twice), so an in-place call would be silently wrong on some plans.
+void check_no_overlap(const Validator& v, const Extents& outputs, const Extents& inputs) {
+  for (const Extent* out = outputs.begin(); out != outputs.end(); ++out) {
+    for (const Extent* other = outputs.begin(); other != out; ++other)
+      if (overlap(*other, *out))
+        v.fail(out->name, std::string("overlaps '") + other->name + "' in memory; outputs must not alias");
+    for (const Extent& in : inputs)
+      if (overlap(*out, in))
+        v.fail(out->name, std::string("overlaps '") + in.name +
+                              "' in memory; outputs must not alias the inputs (in-place calls are not supported)");
+  }
+}
+
 bool aligned16(const void* data) { return reinterpret_cast<std::uintptr_t>(data) % 16 == 0; }
 
 /// Whether every row of the view starts on a 16-byte boundary and a row is a whole number of
@@ -253,6 +337,14 @@ void validate(const ForwardProblem& p, Device device, PointerQuery pointers) {
   }
   v.check_stats_dtype("rstd", p.rstd.dtype, t);
   v.check_vector("rstd", p.rstd, m, "M");
+  Extents outputs, inputs;
+  outputs.add(extent_of("y", p.y));
+  outputs.add(extent_of("rstd", p.rstd));
+  outputs.add("mean", p.mean);
+  inputs.add(extent_of("x", p.x));
+  inputs.add("weight", p.weight);
+  inputs.add("bias", p.bias);
+  check_no_overlap(v, outputs, inputs);
 }
 
 void validate(const BackwardProblem& p, Device device, PointerQuery pointers) {
@@ -285,6 +377,16 @@ void validate(const BackwardProblem& p, Device device, PointerQuery pointers) {
     v.check_weight_dtype("dbias", p.dbias->dtype, t);
     v.check_vector("dbias", *p.dbias, n, "N");
   }
+  Extents outputs, inputs;
+  outputs.add("dx", p.dx);
+  outputs.add("dweight", p.dweight);
+  outputs.add("dbias", p.dbias);
+  inputs.add(extent_of("dy", p.dy));
+  inputs.add(extent_of("x", p.x));
+  inputs.add(extent_of("rstd", p.rstd));
+  inputs.add("mean", p.mean);
+  inputs.add("weight", p.weight);
+  check_no_overlap(v, outputs, inputs);
 }
 
 // ---------------------------------------------------------------------------------------------

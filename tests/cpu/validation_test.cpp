@@ -115,6 +115,13 @@ TEST(Validation, LayerNormForwardRejectsEachBadArgument) {
       {"negative eps", [](A& a) { a.eps = -1e-5; }, "eps", ""},
       {"NaN eps", [nan](A& a) { a.eps = nan; }, "eps", "nan"},
       {"infinite eps", [inf](A& a) { a.eps = inf; }, "eps", "inf"},
+      // outputs sharing memory with an input or another output (an in-place call)
+      {"y is x", [](A& a) { a.y.data = const_cast<void*>(a.x.data); }, "y", "overlaps 'x'"},
+      {"y one row into x", [](A& a) { a.y.data = static_cast<float*>(const_cast<void*>(a.x.data)) + kN; }, "y",
+       "overlaps 'x'"},
+      {"mean is rstd", [](A& a) { a.mean.data = a.rstd.data; }, "mean", "overlaps 'rstd'"},
+      {"rstd inside weight", [](A& a) { a.rstd.data = static_cast<float*>(const_cast<void*>(a.weight->data)) + 5; },
+       "rstd", "overlaps 'weight'"},
   };
   LayerForwardSetup s;
   layer_norm_forward(s.args(), kCpu);  // the unbroken call is valid
@@ -191,6 +198,9 @@ TEST(Validation, LayerNormBackwardRejectsEachBadArgument) {
          a.dy.row_stride = kHuge;
        },
        "dy", "overflow"},
+      {"dx is dy (in place)", [](A& a) { a.dx->data = const_cast<void*>(a.dy.data); }, "dx", "overlaps 'dy'"},
+      {"dbias is dweight", [](A& a) { a.dbias->data = a.dweight->data; }, "dbias", "overlaps 'dweight'"},
+      {"dweight inside x", [](A& a) { a.dweight->data = const_cast<void*>(a.x.data); }, "dweight", "overlaps 'x'"},
   };
   LayerBackwardSetup s;
   layer_norm_backward(s.args(), kCpu);
@@ -257,6 +267,55 @@ TEST(Validation, RmsNormBackwardRejectsEachBadArgument) {
 // ---------------------------------------------------------------------------------------------
 
 // f64 is CPU-only: asking CUDA for it is an argument error (not a CudaError), in any build.
+// Outputs may share a buffer with inputs as long as no byte is shared: [x | y] in each row of one
+// buffer (row stride 2N), the statistics in the gap of a strided x. The same layouts shifted by one
+// element onto the input are refused (the check compares rows, not spans).
+TEST(Validation, OutputsInterleavedWithInputsWithoutSharingBytesAreAccepted) {
+  constexpr std::int64_t m = 5, n = 64, gap = 8;
+  HostMatrix both(DType::F32, m, 2 * n, 2 * n);  // row r: x in [0, n), y in [n, 2n)
+  HostMatrix x_with_gap(DType::F32, m, n, n + gap);
+  std::mt19937_64 rng(3);
+  both.fill_normal(rng);
+  for (std::int64_t r = 0; r < m; ++r)
+    for (std::int64_t c = 0; c < n; ++c) x_with_gap.set(r, c, both.get(r, c));
+  float* base = static_cast<float*>(both.buffer.data());
+  const ConstRows x{base, DType::F32, m, n, 2 * n};
+  HostVector mean(DType::F32, m), rstd(DType::F32, m);
+  LayerNormForwardArgs args{x, std::nullopt, std::nullopt, 1e-5, Rows{base + n, DType::F32, m, n, 2 * n},
+                            mean.view(), rstd.view()};
+  layer_norm_forward(args, kCpu);
+
+  // the reference: the same rows, y in a buffer of its own, the statistics in x_with_gap's gaps
+  HostMatrix y(DType::F32, m, n);
+  float* gap_base = static_cast<float*>(x_with_gap.buffer.data());
+  LayerNormForwardArgs apart{x_with_gap.cview(), std::nullopt, std::nullopt, 1e-5, y.view(),
+                             Vec{gap_base + n, DType::F32, m}, Vec{gap_base + (n + gap) + n, DType::F32, m}};
+  ASSERT_LE(m, gap) << "the statistics must fit the gap of one row";
+  layer_norm_forward(apart, kCpu);
+  for (std::int64_t r = 0; r < m; ++r) {
+    EXPECT_EQ(mean.buffer.get(r), double(gap_base[n + r])) << "row " << r;
+    for (std::int64_t c = 0; c < n; ++c) ASSERT_EQ(both.get(r, n + c), y.get(r, c)) << r << ", " << c;
+  }
+
+  LayerNormForwardArgs shifted = args;
+  shifted.y.data = base + n - 1;  // y's first element is x's last
+  expect_error_naming([&] { layer_norm_forward(shifted, kCpu); }, "y", "overlaps 'x'");
+  LayerNormForwardArgs into_row = apart;
+  into_row.mean.data = gap_base + n - 1;  // the gap starts one element later
+  expect_error_naming([&] { layer_norm_forward(into_row, kCpu); }, "mean", "overlaps 'x'");
+
+  // backward: dx in the second half of dy's rows
+  HostMatrix dy_dx(DType::F32, m, 2 * n, 2 * n);
+  dy_dx.fill_normal(rng);
+  float* g = static_cast<float*>(dy_dx.buffer.data());
+  HostVector dweight(DType::F32, n);
+  LayerNormBackwardArgs back{ConstRows{g, DType::F32, m, n, 2 * n}, x, mean.cview(), rstd.cview(), std::nullopt,
+                             Rows{g + n, DType::F32, m, n, 2 * n}, dweight.view(), std::nullopt};
+  layer_norm_backward(back, kCpu);
+  back.dx->data = g + 1;
+  expect_error_naming([&] { layer_norm_backward(back, kCpu); }, "dx", "overlaps 'dy'");
+}
+
 TEST(Validation, F64OnCudaIsRejectedNamingTheDtype) {
   const ExecConfig cuda{Device::Cuda};
   HostMatrix x(DType::F64, 2, 8), y(DType::F64, 2, 8), dy(DType::F64, 2, 8), dx(DType::F64, 2, 8);
