@@ -284,9 +284,10 @@ struct Extents {
   const Extent* end() const { return items.data() + count; }
 };
 
-/// Outputs must not share memory with the inputs or with each other: the kernels read an input after
-/// another block may have written an output over it (two-pass and tiled read dy after the dX kernel, the
-/// streamed forward reads x twice), so an in-place call would be silently wrong on some plans.
+/// Outputs must not share memory with the inputs or with each other. The kernels are not written for it:
+/// simple, tiled and two-pass read x and dy after (programmatic launch: while) the dX kernel writes dx, and
+/// the one-launch kernel's strips read them while its dX blocks write -- dx over dy or x would be silently
+/// wrong there, so no call is allowed to alias.
 void check_no_overlap(const Validator& v, const Extents& outputs, const Extents& inputs) {
   for (const Extent* out = outputs.begin(); out != outputs.end(); ++out) {
     for (const Extent* other = outputs.begin(); other != out; ++other)
