@@ -203,7 +203,7 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [y, rstd] = normkit_torch::rms_norm_forward_op().call(x, normalized_shape, weight, eps);
     ctx->save_for_backward({x, or_undefined(weight), rstd});
-    save_forward_facts(ctx, normalized_shape, eps.value_or(normkit_torch::finfo_eps(x.scalar_type())));
+    save_forward_facts(ctx, normalized_shape, eps.value_or(normkit_torch::default_rms_eps(x.scalar_type())));
     ctx->set_materialize_grads(false);  // as in LayerNormFunction
     stats->rstd = rstd;
     return {y};
@@ -304,7 +304,7 @@ std::tuple<Tensor, Tensor> rms_norm_forward_autograd(const Tensor& x, Shape norm
   if (!(has_tangent(x) || has_tangent(weight))) return rms_norm_forward_recorded(x, normalized_shape, weight, eps);
   auto out = rms_norm_forward_recorded(primal(x).value(), normalized_shape, primal(weight), eps);
   set_norm_tangent(true, std::get<0>(out), x, static_cast<int64_t>(normalized_shape.size()), weight, std::nullopt,
-                   eps.value_or(normkit_torch::finfo_eps(x.scalar_type())));
+                   eps.value_or(normkit_torch::default_rms_eps(x.scalar_type())));
   return out;
 }
 

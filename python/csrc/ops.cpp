@@ -447,7 +447,7 @@ std::tuple<Tensor, Tensor> rms_norm_forward(const Tensor& x_in, at::IntArrayRef 
   normkit::RmsNormForwardArgs args;
   args.x = const_rows(op, "x", x, x_stride, s);
   args.weight = opt_vec(op, "weight", weight);
-  args.eps = eps ? *eps : normkit_torch::finfo_eps(x_in.scalar_type());
+  args.eps = eps ? *eps : normkit_torch::default_rms_eps(x_in.scalar_type());
   args.y = rows_of(op, "y", y, s);
   args.rstd = vec_of(op, "rstd", rstd);
   translate_errors([&] { normkit::rms_norm_forward(args, exec.config); });

@@ -59,8 +59,9 @@ def layer_norm(input: Tensor, normalized_shape: _ShapeLike, weight: Optional[Ten
 
 def rms_norm(input: Tensor, normalized_shape: _ShapeLike, weight: Optional[Tensor] = None,
              eps: Optional[float] = None) -> Tensor:
-    """Like torch.nn.functional.rms_norm, on normkit's kernels; eps=None means
-    torch.finfo(input.dtype).eps. Same devices, dtypes and autograd as layer_norm."""
+    """Like torch.nn.functional.rms_norm, on normkit's kernels; eps=None means what ATen uses, float32's
+    epsilon for float16 / bfloat16 / float32 input (float64's for float64). Same devices, dtypes and
+    autograd as layer_norm."""
     shape, eps = _shape(normalized_shape), None if eps is None else float(eps)
     if _eager(input, weight):
         return _C._rms_norm(input, shape, weight, eps)

@@ -117,7 +117,8 @@ class LayerNorm(torch.nn.LayerNorm):
 
 
 class RMSNorm(torch.nn.RMSNorm):
-    """torch.nn.RMSNorm whose forward runs normkit.rms_norm (eps=None: finfo(input.dtype).eps)."""
+    """torch.nn.RMSNorm whose forward runs normkit.rms_norm (eps=None: as torch's, float32's epsilon for
+    16-bit and float32 input)."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if torch.jit.is_scripting():  # as LayerNorm.forward

@@ -180,8 +180,9 @@ def test_rms_norm_autograd_matches_cpu_reference():
             nk = normkit.nn.RMSNorm(ns, eps=eps, device=DEV, dtype=dtype)
             with torch.no_grad():
                 nk.weight.copy_(1 + 0.1 * torch.randn(ns))
-            # eps=None is finfo(x.dtype).eps: give the float64 reference the same number
-            ref = torch.nn.RMSNorm(ns, eps=torch.finfo(dtype).eps if eps is None else eps, dtype=torch.float64)
+            # eps=None is float32's epsilon for these dtypes (ATen's op-math type): give the float64 reference
+            # the same number
+            ref = torch.nn.RMSNorm(ns, eps=torch.finfo(torch.float32).eps if eps is None else eps, dtype=torch.float64)
             ref.load_state_dict({k: v.double().cpu() for k, v in nk.state_dict().items()})
             x, dy, _, _ = make_inputs(shape, ns, dtype, DEV)
             _autograd_check(nk, ref, x, dy, dtype)
