@@ -24,7 +24,8 @@ def swap_norms(model: torch.nn.Module, mapping: Optional[Mapping[type, Callable]
 
     The new modules hold the very same Parameter objects (optimizers, tied weights, FSDP/DDP
     bookkeeping that refer to them stay valid), the same eps and normalized_shape, the same
-    training flag and the same state_dict keys. Matching is on the exact class, so user subclasses
+    training flag, the same state_dict keys and the same hooks (forward, backward, state_dict; the
+    handles made on the original still remove them). Matching is on the exact class, so user subclasses
     with their own forward are left alone unless listed in `mapping`; a module shared by several
     parents is replaced by one shared normkit module.
 

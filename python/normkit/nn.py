@@ -34,6 +34,21 @@ def _normalized_shape(module, weight):
     return tuple(weight.shape)
 
 
+# torch.nn.Module's per-module hook tables (its __init__). from_module hands them to the replacement by
+# reference: hooks registered on the original (activation capture, monitoring, a quantizer's
+# observers) keep running on the replacement, and their handles still remove them.
+_HOOK_TABLES = ("_backward_pre_hooks", "_backward_hooks", "_is_full_backward_hook", "_forward_hooks",
+                "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+                "_forward_pre_hooks_with_kwargs", "_state_dict_hooks", "_state_dict_pre_hooks",
+                "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+
+
+def _carry_hooks(module, new):
+    for name in _HOOK_TABLES:
+        if name in module.__dict__:
+            new.__dict__[name] = module.__dict__[name]
+
+
 def _replace(new, name, value):
     """Install `value` (the very same Parameter object, or None) as parameter `name` of `new`."""
     new.register_parameter(name, value)
@@ -97,7 +112,8 @@ class LayerNorm(torch.nn.LayerNorm):
 
     @classmethod
     def from_module(cls, module: torch.nn.Module, check: bool = True) -> "LayerNorm":
-        """A normkit LayerNorm sharing `module`'s Parameter objects (no copy).
+        """A normkit LayerNorm sharing `module`'s Parameter objects (no copy) and its hooks (the same hook
+        tables: handles made on `module` remove them from the new module).
 
         Convention for other classes: `weight` (Parameter or None), optional `bias`, epsilon in
         `eps` or `variance_epsilon`, and `normalized_shape` (or the weight's shape). For classes other
@@ -113,6 +129,7 @@ class LayerNorm(torch.nn.LayerNorm):
         new.train(module.training)
         if check:
             _check_same_function(module, new)
+        _carry_hooks(module, new)
         return new
 
 
@@ -128,7 +145,7 @@ class RMSNorm(torch.nn.RMSNorm):
 
     @classmethod
     def from_module(cls, module: torch.nn.Module, check: bool = True) -> "RMSNorm":
-        """A normkit RMSNorm sharing `module`'s weight Parameter (no copy).
+        """A normkit RMSNorm sharing `module`'s weight Parameter (no copy) and its hooks, as LayerNorm's.
 
         Convention for other classes (e.g. Hugging Face LlamaRMSNorm): `weight` (Parameter or None),
         epsilon in `eps` or `variance_epsilon`, and `normalized_shape` (or the weight's shape). A
@@ -145,4 +162,5 @@ class RMSNorm(torch.nn.RMSNorm):
         new.train(module.training)
         if check:
             _check_same_function(module, new)
+        _carry_hooks(module, new)
         return new

@@ -186,6 +186,37 @@ def test_swap_norms_refuses_a_mapped_class_that_computes_something_else():
     assert normkit.swap_norms(meta, {FakeGemmaRMSNorm: normkit.nn.RMSNorm}) == 1
 
 
+def test_swap_norms_keeps_the_modules_hooks():
+    """Hooks registered on a swapped module keep running on its replacement (they were dropped), and
+    their handles still remove them."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.RMSNorm(16)).to(DEV)
+    seen = []
+    ramp = torch.linspace(0, 3, 16, device=DEV)  # a norm's output moves with it (not with a shift or scale)
+    pre = model[1].register_forward_pre_hook(lambda m, args: (args[0] + ramp,))
+    post = model[1].register_forward_hook(lambda m, args, out: seen.append(("forward", type(m).__name__)))
+    model[2].register_full_backward_hook(lambda m, grad_in, grad_out: seen.append(("backward", type(m).__name__)))
+    model[2].register_state_dict_pre_hook(lambda m, prefix, keep_vars: seen.append(("state_dict", prefix)))
+    x = torch.randn(4, 16, device=DEV, requires_grad=True)
+    expect = model(x)
+    expect.sum().backward()
+    seen.clear()
+    assert normkit.swap_norms(model) == 2
+    got = model(x)
+    assert_close("y with the pre-hook adding the ramp", got, expect, 1e-5)
+    got.sum().backward()
+    model.state_dict()
+    assert seen == [("forward", "LayerNorm"), ("backward", "RMSNorm"), ("state_dict", "2.")], seen
+    assert isinstance(model[1], normkit.nn.LayerNorm) and isinstance(model[2], normkit.nn.RMSNorm)
+    pre.remove()
+    post.remove()
+    seen.clear()
+    h = model[0](x)
+    ln = model[1]
+    assert_close("LayerNorm without the pre-hook", ln(h), torch.nn.functional.layer_norm(h, (16,), ln.weight, ln.bias), 1e-5)
+    assert ("forward", "LayerNorm") not in seen
+
+
 def test_swap_norms_shared_module_stays_shared():
     ln = torch.nn.LayerNorm(8)
     model = torch.nn.ModuleList([ln, torch.nn.Sequential(ln)])
