@@ -338,6 +338,9 @@ void check_stats(const char* op, const char* name, const Tensor& t, const Tensor
   check_tensor(op, name, t, x);
   TORCH_CHECK(t.numel() == s.rows, "normkit.", op, ": argument '", name, "' has ", t.numel(),
               " elements (shape ", t.sizes(), "), expected one per row, M = ", s.rows);
+  TORCH_CHECK(t.scalar_type() == stats_dtype(x), "normkit.", op, ": argument '", name, "' has dtype ",
+              torch_dtype(t.scalar_type()), ", expected ", torch_dtype(stats_dtype(x)), " (the statistics of ",
+              torch_dtype(x.scalar_type()), " 'x')");
 }
 
 void check_grad_out(const char* op, const Tensor& dy, const Tensor& x) {
@@ -345,7 +348,7 @@ void check_grad_out(const char* op, const Tensor& dy, const Tensor& x) {
   TORCH_CHECK(dy.sizes().equals(x.sizes()), "normkit.", op, ": argument 'grad_out' has shape ", dy.sizes(),
               ", expected the shape of 'x' ", x.sizes());
   TORCH_CHECK(dy.scalar_type() == x.scalar_type(), "normkit.", op, ": argument 'grad_out' has dtype ",
-              dy.scalar_type(), ", expected the dtype of 'x' ", x.scalar_type());
+              torch_dtype(dy.scalar_type()), ", expected ", torch_dtype(x.scalar_type()), " (the dtype of 'x')");
 }
 
 std::tuple<OptTensor, OptTensor, OptTensor> layer_norm_backward(const Tensor& dy_in, const Tensor& x_in,

@@ -85,6 +85,30 @@ def _check_common(op, x, normalized_shape, params):
     return k
 
 
+def _check_backward(op, grad_out, x, k, stats, strategy):
+    """The backward ops' own checks (ops.cpp: check_grad_out, check_stats, the strategy's name), with the
+    same messages, so that a traced graph fails where the op would."""
+    torch._check(grad_out.shape == x.shape,
+                 lambda: f"normkit.{op}: argument 'grad_out' has shape {list(grad_out.shape)}, expected the shape of "
+                         f"'x' {list(x.shape)}")
+    torch._check(grad_out.dtype == x.dtype,
+                 lambda: f"normkit.{op}: argument 'grad_out' has dtype {grad_out.dtype}, expected {x.dtype} (the "
+                         f"dtype of 'x')")
+    rows = 1
+    for size in x.shape[: x.dim() - k]:
+        rows = rows * size
+    stat_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    for name, t in stats:
+        torch._check(t.numel() == rows,
+                     lambda: f"normkit.{op}: argument '{name}' has {t.numel()} elements (shape {list(t.shape)}), "
+                             f"expected one per row, M = {rows}")
+        torch._check(t.dtype == stat_dtype,
+                     lambda: f"normkit.{op}: argument '{name}' has dtype {t.dtype}, expected {stat_dtype} (the "
+                             f"statistics of {x.dtype} 'x')")
+    torch._check(strategy in _STRATEGIES,
+                 lambda: f"normkit: argument 'strategy' is \"{strategy}\", expected one of {', '.join(_STRATEGIES)}")
+
+
 def _stats(x, k):
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     return x.new_empty((*x.shape[: x.dim() - k], *([1] * k)), dtype=dtype)
@@ -98,7 +122,8 @@ def _layer_norm_forward_fake(x, normalized_shape, weight, bias, eps):
 
 @torch.library.register_fake("normkit::layer_norm_backward")
 def _layer_norm_backward_fake(grad_out, x, normalized_shape, mean, rstd, weight, bias, output_mask, strategy="auto"):
-    _check_common("layer_norm_backward", x, normalized_shape, (("weight", weight), ("bias", bias)))
+    k = _check_common("layer_norm_backward", x, normalized_shape, (("weight", weight), ("bias", bias)))
+    _check_backward("layer_norm_backward", grad_out, x, k, (("mean", mean), ("rstd", rstd)), strategy)
     dx = x.new_empty(x.shape) if output_mask[0] else None
     dweight = weight.new_empty(tuple(normalized_shape)) if (output_mask[1] and weight is not None) else None
     dbias = None
@@ -116,7 +141,8 @@ def _rms_norm_forward_fake(x, normalized_shape, weight, eps):
 
 @torch.library.register_fake("normkit::rms_norm_backward")
 def _rms_norm_backward_fake(grad_out, x, normalized_shape, rstd, weight, output_mask, strategy="auto"):
-    _check_common("rms_norm_backward", x, normalized_shape, (("weight", weight),))
+    k = _check_common("rms_norm_backward", x, normalized_shape, (("weight", weight),))
+    _check_backward("rms_norm_backward", grad_out, x, k, (("rstd", rstd),), strategy)
     dx = x.new_empty(x.shape) if output_mask[0] else None
     dweight = weight.new_empty(tuple(normalized_shape)) if (output_mask[1] and weight is not None) else None
     return dx, dweight

@@ -440,13 +440,27 @@ def test_bad_inputs_raise_clear_errors():
             fn()
 
 
-def test_parameter_dtype_errors_name_torch_dtypes_in_eager_and_traced_calls():
-    """The parameters' dtype rule (the weight, else the bias, has x's dtype or float32; a bias has the
-    weight's dtype) says the same words from the op and from its fake kernel (torch.compile, export)."""
+def test_errors_read_the_same_in_eager_and_traced_calls():
+    """The op and its fake kernel (torch.compile, export) refuse the same arguments with the same words,
+    torch's dtype names included: the parameters' dtype rule (the weight, else the bias, has x's dtype or
+    float32; a bias has the weight's dtype) and the backward's grad_out, statistics and strategy (the
+    backward fakes used to accept them, so a traced graph failed only when run)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     x = torch.randn(4, 16, device=DEV)
     w = torch.ones(16, device=DEV)
+    mean, rstd = torch.zeros(4, 1, device=DEV), torch.ones(4, 1, device=DEV)
+    mask = [True, True, True]
     cases = [
+        ("argument 'grad_out' has shape [2, 16], expected the shape of 'x' [4, 16]",
+         lambda x, w: ops.layer_norm_backward(x[:2], x, [16], mean, rstd, w, None, mask)),
+        ("argument 'grad_out' has dtype torch.float16, expected torch.float32 (the dtype of 'x')",
+         lambda x, w: ops.rms_norm_backward(x.half(), x, [16], rstd, w, mask[:2])),
+        ("argument 'mean' has dtype torch.float64, expected torch.float32 (the statistics of torch.float32 'x')",
+         lambda x, w: ops.layer_norm_backward(x, x, [16], mean.double(), rstd, w, None, mask)),
+        ("argument 'rstd' has 3 elements (shape [3, 1]), expected one per row, M = 4",
+         lambda x, w: ops.rms_norm_backward(x, x, [16], rstd[:3], w, mask[:2])),
+        ("argument 'strategy' is \"bogus\", expected one of auto, simple, tiled, two_pass, fused",
+         lambda x, w: ops.layer_norm_backward(x, x, [16], mean, rstd, w, None, mask, "bogus")),
         ("argument 'weight' has dtype torch.float16, expected torch.float32 (the dtype of 'x') or torch.float32",
          lambda x, w: ops.layer_norm_forward(x, [16], w.half(), None, 1e-5)),
         ("argument 'bias' has dtype torch.float16, expected torch.float32 (the dtype of 'weight')",
@@ -460,7 +474,7 @@ def test_parameter_dtype_errors_name_torch_dtypes_in_eager_and_traced_calls():
         with pytest.raises(RuntimeError) as eager:
             fn(x, w)
         assert message in str(eager.value), str(eager.value)
-        with FakeTensorMode() as mode, pytest.raises(RuntimeError) as traced:
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode, pytest.raises(RuntimeError) as traced:
             fn(mode.from_tensor(x), mode.from_tensor(w))
         assert message in str(traced.value), str(traced.value)
 
