@@ -27,13 +27,16 @@ def _vmap_by_entry(fn, info, in_dims, args):
     return outputs, tuple(None if o is None else 0 for o in outputs)
 
 
-def _vmap_forward(op, info, in_dims, x, normalized_shape, params, eps):
-    """vmap of a forward op: the batch folded into the rows when only x is batched, else by entry."""
+def _vmap_forward(function, info, in_dims, x, normalized_shape, params, eps):
+    """vmap of a forward: the batch folded into the rows when only x is batched, else by entry. It calls the
+    Function itself again (not the op), so that the transforms outside this vmap level -- grad(vmap(f)),
+    vmap(vmap(f)), vmap(jacrev(f)) -- see a Function they accept: the op would reach its C++ autograd,
+    which functorch refuses, or a vmap level with no batching rule."""
     x_dim = in_dims[0]
     if x_dim is not None and all(d is None for d in in_dims[2:2 + len(params)]):
-        outputs = op(x.movedim(x_dim, 0), normalized_shape, *params, eps)
+        outputs = function.apply(x.movedim(x_dim, 0), normalized_shape, *params, eps)
         return outputs, tuple(0 for _ in outputs)
-    return _vmap_by_entry(lambda x_i, *params_i: op(x_i, normalized_shape, *params_i, eps), info,
+    return _vmap_by_entry(lambda x_i, *params_i: function.apply(x_i, normalized_shape, *params_i, eps), info,
                           (x_dim, *in_dims[2:2 + len(params)]), (x, *params))
 
 
@@ -52,8 +55,8 @@ class _BackwardOp(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, op_name, *args):
-        op = getattr(torch.ops.normkit, op_name)
-        return _vmap_by_entry(lambda *a: op(*a), info, in_dims[1:], args)
+        # by entry, through apply again (as _vmap_forward, for the levels outside this one)
+        return _vmap_by_entry(lambda *a: _BackwardOp.apply(op_name, *a), info, in_dims[1:], args)
 
     @staticmethod
     def backward(ctx, *grads):
@@ -98,8 +101,7 @@ class LayerNorm(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, x, normalized_shape, weight, bias, eps):
-        return _vmap_forward(torch.ops.normkit.layer_norm_forward, info, in_dims, x, normalized_shape, (weight, bias),
-                             eps)
+        return _vmap_forward(LayerNorm, info, in_dims, x, normalized_shape, (weight, bias), eps)
 
 
 class RmsNorm(torch.autograd.Function):
@@ -131,4 +133,4 @@ class RmsNorm(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, x, normalized_shape, weight, eps):
-        return _vmap_forward(torch.ops.normkit.rms_norm_forward, info, in_dims, x, normalized_shape, (weight,), eps)
+        return _vmap_forward(RmsNorm, info, in_dims, x, normalized_shape, (weight,), eps)

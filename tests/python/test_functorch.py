@@ -69,6 +69,28 @@ def test_vmap_and_per_sample_gradients_match_torch(op):
 
 
 @pytest.mark.parametrize("op", OPS)
+def test_vmap_composes_with_the_other_transforms(op):
+    """vmap inside or outside grad / vjp / jacrev / another vmap (the vmap rules call the Python Functions
+    again, so each level sees one it accepts; calling the ops there failed with functorch's refusal of the
+    C++ autograd, or a missing batching rule, or fell back to the slow per-op loop with a warning)."""
+    import warnings
+    from torch.func import grad, jacrev, vjp, vmap
+    ours, theirs = OPS[op]
+    x, w, b = _inputs()
+    fo = lambda t: ours(t, w, b)  # noqa: E731
+    ft = lambda t: theirs(t, w, b)  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the fallback's performance warning fails the test
+        for compose in (lambda f: grad(lambda t: (vmap(f)(t) ** 2).sum())(x),
+                        lambda f: vjp(vmap(f), x)[1](x),
+                        lambda f: jacrev(vmap(f))(x[0]),
+                        lambda f: vmap(jacrev(f))(x),
+                        lambda f: vmap(vmap(f))(x),
+                        lambda f: vmap(vmap(grad(lambda t: (f(t) ** 3).sum())))(x)):
+            _close(compose(fo), compose(ft))
+
+
+@pytest.mark.parametrize("op", OPS)
 def test_second_derivatives_raise(op):
     ours, _ = OPS[op]
     x, w, b = _inputs()
