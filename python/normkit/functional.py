@@ -31,10 +31,16 @@ def _eager(input, weight, bias=None) -> bool:
             and not has_torch_function_variadic(input, weight, bias))
 
 
+_FUNCTIONALIZE = torch._C._functorch.TransformType.Functionalize
+
+
 def _under_transform() -> bool:
-    """Whether a torch.func transform runs (outside torch.compile, whose tracing reports one): the call takes
-    _functorch.py's Functions."""
-    return not _is_compiling() and _transform_running() is not None
+    """Whether a torch.func transform that needs _functorch.py's Functions runs (outside torch.compile, whose
+    tracing reports one): grad, vjp, jacrev, jvp, vmap. functionalize alone takes the ops as they are (they
+    are functional already; it does not support custom Functions)."""
+    if _is_compiling() or _transform_running() is None:
+        return False
+    return any(level.key() != _FUNCTIONALIZE for level in torch._C._functorch.get_interpreter_stack())
 
 
 def layer_norm(input: Tensor, normalized_shape: _ShapeLike, weight: Optional[Tensor] = None,

@@ -91,6 +91,19 @@ def test_vmap_composes_with_the_other_transforms(op):
 
 
 @pytest.mark.parametrize("op", OPS)
+def test_functionalize_runs_the_ops(op):
+    """functionalize alone takes the ops as they are (they are functional): the values of torch's norms, and
+    make_fx of it records normkit's op (the custom Functions of the other transforms have no functionalize
+    rule in PyTorch: they raised "NYI: Functionalize rule for custom_function_call")."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    ours, theirs = OPS[op]
+    x, w, b = _inputs()
+    _close(torch.func.functionalize(lambda t: ours(t, w, b))(x), theirs(x, w, b))
+    graph = make_fx(torch.func.functionalize(lambda t: ours(t, w, b)))(x)
+    assert any(f"normkit.{op}_forward" in str(n.target) for n in graph.graph.nodes), graph.code
+
+
+@pytest.mark.parametrize("op", OPS)
 def test_second_derivatives_raise(op):
     ours, _ = OPS[op]
     x, w, b = _inputs()
