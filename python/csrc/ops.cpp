@@ -213,7 +213,8 @@ void check_param_dtypes(const char* op, const Tensor& x, const std::optional<Ten
     const at::ScalarType t = (*p)->scalar_type();
     if (owner == nullptr) {
       TORCH_CHECK(t == x.scalar_type() || t == at::kFloat, "normkit.", op, ": argument '", name, "' has dtype ",
-                  torch_dtype(t), ", expected ", torch_dtype(x.scalar_type()), " (the dtype of 'x') or torch.float32");
+                  torch_dtype(t), ", expected ", torch_dtype(x.scalar_type()), " (the dtype of 'x')",
+                  x.scalar_type() == at::kFloat ? "" : " or torch.float32");
       owner = name;
       owner_dtype = t;
     } else {

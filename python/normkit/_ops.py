@@ -76,7 +76,7 @@ def _check_common(op, x, normalized_shape, params):
         if owner is None:
             torch._check(p.dtype in (x.dtype, torch.float32),
                          lambda: f"normkit.{op}: argument '{name}' has dtype {p.dtype}, expected {x.dtype} (the dtype "
-                                 f"of 'x') or torch.float32")
+                                 f"of 'x')" + ("" if x.dtype == torch.float32 else " or torch.float32"))
             owner = (name, p.dtype)
         else:
             torch._check(p.dtype == owner[1],

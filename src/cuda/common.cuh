@@ -176,7 +176,6 @@ template <> __device__ __forceinline__ float from_float<float>(float v) { return
 template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
-// ---- vector access: VEC elements of T, 16 bytes when VEC = 16 / sizeof(T) ----
 /// A row's mean from its sum: sum * (1 / N) and one FMA step of correction (the residual sum - q * N
 /// is exact in an FMA). Why: sum * inv_cols alone can miss by an ulp, and a constant row's mean must
 /// be its value exactly -- an ulp off, every xhat of the row is ulp(c) * rstd instead of 0, up to
@@ -188,6 +187,7 @@ __device__ __forceinline__ float row_mean(float sum, int cols, float inv_cols) {
   return fmaf(fmaf(-q, float(cols), sum), inv_cols, q);
 }
 
+// ---- vector access: VEC elements of T, 16 bytes when VEC = 16 / sizeof(T) ----
 /// 16-bit types are kept as raw bits (the cuda_fp16/bf16 classes are not trivially copyable), so a
 /// pack is a plain 16-byte value; bf16 -> fp32 is exact: the 16 bits are the top half of the float.
 template <typename T> struct StorageOf { using type = unsigned short; };
