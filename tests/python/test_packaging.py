@@ -1,7 +1,8 @@
 """The source distribution: `pip install normkit-<version>.tar.gz` (and `python -m build`, which builds
 the wheel from the sdist) must find every file the extension's sources include, for the CUDA build
 as for the CPU one. setuptools puts only the sources listed in setup.py and the Python packages in an
-sdist; the headers come from MANIFEST.in."""
+sdist; the headers come from MANIFEST.in. And `python -m normkit`, the installed package's report and
+self-check."""
 import os
 import re
 import subprocess
@@ -88,3 +89,16 @@ def test_pip_installs_the_sdist_and_it_runs(sdist, tmp_path):
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
                          cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=str(target)))
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
+
+
+def test_python_m_normkit_reports_and_self_checks(tmp_path):
+    """`python -m normkit`: the build, torch, device and planner table, and a self-check against
+    torch.nn.functional that exits 1 when something fails (here: a planner table that does not load)."""
+    run = subprocess.run([sys.executable, "-m", "normkit"], capture_output=True, text=True, timeout=600,
+                         cwd=str(tmp_path))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "self-check: ok" in run.stdout and "planner table: built-in" in run.stdout, run.stdout
+    bad = subprocess.run([sys.executable, "-m", "normkit"], capture_output=True, text=True, timeout=600,
+                         cwd=str(tmp_path), env=dict(os.environ, NORMKIT_PLANNER_TABLE=str(tmp_path / "missing.table")))
+    assert bad.returncode == 1 and "self-check: FAILED" in bad.stdout and "cannot open planner table" in bad.stdout, \
+        bad.stdout + bad.stderr
