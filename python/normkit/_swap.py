@@ -1,4 +1,5 @@
 """normkit.swap_norms: replace norm modules of a model in place, keeping their Parameters."""
+import warnings
 from typing import Callable, Dict, Mapping, Optional, Type
 
 import torch
@@ -18,6 +19,21 @@ def _build(target, module, check):
     return target(module)
 
 
+def _unmapped_norm_classes(model, table):
+    """The classes of `model`'s modules that look like a LayerNorm / RMSNorm -- the name, a weight, an eps
+    or variance_epsilon, e.g. Hugging Face's LlamaRMSNorm or T5LayerNorm -- that swap_norms leaves alone:
+    not torch's (or a subclass of them: a deliberate choice), not in the mapping."""
+    found = []
+    for module in model.modules():
+        cls = type(module)
+        if cls in table or cls in found or isinstance(module, (torch.nn.LayerNorm, torch.nn.RMSNorm)):
+            continue
+        if cls.__name__.endswith(("LayerNorm", "RMSNorm")) and hasattr(module, "weight") and \
+                (hasattr(module, "eps") or hasattr(module, "variance_epsilon")):
+            found.append(cls)
+    return found
+
+
 def swap_norms(model: torch.nn.Module, mapping: Optional[Mapping[type, Callable]] = None, check: bool = True) -> int:
     """Replace every torch.nn.LayerNorm / torch.nn.RMSNorm inside `model` by normkit.nn.LayerNorm /
     normkit.nn.RMSNorm, in place, and return how many modules were replaced.
@@ -28,6 +44,10 @@ def swap_norms(model: torch.nn.Module, mapping: Optional[Mapping[type, Callable]
     handles made on the original still remove them). Matching is on the exact class, so user subclasses
     with their own forward are left alone unless listed in `mapping`; a module shared by several
     parents is replaced by one shared normkit module.
+
+    Modules that look like norms of another class (the name ends in LayerNorm / RMSNorm, with a weight
+    and an eps or variance_epsilon: Hugging Face's LlamaRMSNorm, T5LayerNorm, ...) are left alone with a
+    UserWarning naming them, so that a model whose norms were not swapped does not pass unnoticed.
 
     mapping: extra (or overriding) {source class: target} entries, e.g.
         {LlamaRMSNorm: normkit.nn.RMSNorm}. A target with a `from_module` classmethod (both
@@ -51,6 +71,13 @@ def swap_norms(model: torch.nn.Module, mapping: Optional[Mapping[type, Callable]
     if type(model) in table:
         raise ValueError(f"normkit.swap_norms: the model itself is a {type(model).__name__}; swap_norms replaces "
                          f"submodules in place. Use normkit.nn.LayerNorm/RMSNorm.from_module(model) instead.")
+    left = _unmapped_norm_classes(model, table)
+    if left:
+        names = ", ".join(cls.__name__ for cls in left)
+        example = "RMSNorm" if left[0].__name__.endswith("RMSNorm") else "LayerNorm"
+        warnings.warn(f"normkit.swap_norms: leaves {names} alone (not torch.nn.LayerNorm / RMSNorm). If their forward "
+                      f"is a plain norm, pass mapping={{{left[0].__name__}: normkit.nn.{example}, ...}}: each mapped "
+                      f"module is compared with normkit's on a probe before it is replaced.", stacklevel=2)
     replaced: Dict[int, torch.nn.Module] = {}
     for parent in list(model.modules()):
         for name, child in list(parent._modules.items()):

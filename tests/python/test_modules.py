@@ -186,6 +186,21 @@ def test_swap_norms_refuses_a_mapped_class_that_computes_something_else():
     assert normkit.swap_norms(meta, {FakeGemmaRMSNorm: normkit.nn.RMSNorm}) == 1
 
 
+def test_swap_norms_names_the_norm_classes_it_leaves_alone():
+    """A Hugging Face model's norms are their own classes: swap_norms without a mapping replaces none of them
+    and says so (returning 0 alone went unnoticed); with the mapping, or for torch's own subclasses, no warning."""
+    import warnings
+    model = torch.nn.Sequential(FakeLlamaRMSNorm(8), torch.nn.Linear(8, 8), FakeLlamaRMSNorm(8), MyLayerNorm(8),
+                                torch.nn.GroupNorm(2, 8))
+    with pytest.warns(UserWarning, match=r"leaves FakeLlamaRMSNorm alone .*mapping=\{FakeLlamaRMSNorm: "
+                                         r"normkit\.nn\.RMSNorm"):
+        assert normkit.swap_norms(model) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert normkit.swap_norms(model, {FakeLlamaRMSNorm: normkit.nn.RMSNorm}) == 2
+        assert normkit.swap_norms(torch.nn.Sequential(torch.nn.LayerNorm(8), torch.nn.BatchNorm1d(8))) == 1
+
+
 def test_swap_norms_keeps_the_modules_hooks():
     """Hooks registered on a swapped module keep running on its replacement (they were dropped), and
     their handles still remove them."""
