@@ -202,10 +202,13 @@ void check_param(const char* op, const char* name, const std::optional<Tensor>& 
               ", expected normalized_shape ", at::IntArrayRef(s.normalized));
 }
 
-/// The library's rule for the parameters' dtypes (normkit.h), checked here so that the message speaks
-/// PyTorch: the weight (else the bias) has x's dtype or float32, and a bias has the weight's dtype.
-void check_param_dtypes(const char* op, const Tensor& x, const std::optional<Tensor>& weight,
-                        const std::optional<Tensor>& bias) {
+/// weight and bias (absent or undefined for RMSNorm's): each as check_param, then the library's rule for
+/// their dtypes (normkit.h), checked here so that the message speaks PyTorch: the weight (else the bias) has
+/// x's dtype or float32, and a bias has the weight's dtype.
+void check_params(const char* op, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                  const Tensor& x, const Shape& s) {
+  check_param(op, "weight", weight, x, s);
+  check_param(op, "bias", bias, x, s);
   const char* owner = nullptr;
   at::ScalarType owner_dtype = at::kFloat;
   for (const auto& [name, p] : {std::pair{"weight", &weight}, std::pair{"bias", &bias}}) {
@@ -288,9 +291,7 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_forward(const Tensor& x_in, at::In
   constexpr const char* op = "layer_norm_forward";
   check_tensor(op, "x", x_in, x_in);
   const Shape s = check_shape(op, x_in, normalized_shape);
-  check_param(op, "weight", weight_in, x_in, s);
-  check_param(op, "bias", bias_in, x_in, s);
-  check_param_dtypes(op, x_in, weight_in, bias_in);
+  check_params(op, weight_in, bias_in, x_in, s);
   if (on_cuda_f64(x_in)) {
     auto [y, mean, rstd] =
         layer_norm_forward(x_in.cpu(), normalized_shape, to_cpu(weight_in), to_cpu(bias_in), eps);
@@ -363,9 +364,7 @@ std::tuple<OptTensor, OptTensor, OptTensor> layer_norm_backward(const Tensor& dy
   check_grad_out(op, dy_in, x_in);
   check_stats(op, "mean", mean_in, x_in, s);
   check_stats(op, "rstd", rstd_in, x_in, s);
-  check_param(op, "weight", weight_in, x_in, s);
-  check_param(op, "bias", bias_in, x_in, s);
-  check_param_dtypes(op, x_in, weight_in, bias_in);
+  check_params(op, weight_in, bias_in, x_in, s);
   if (on_cuda_f64(x_in)) {
     auto [dx, dw, db] = layer_norm_backward(dy_in.cpu(), x_in.cpu(), normalized_shape, mean_in.cpu(), rstd_in.cpu(),
                                             to_cpu(weight_in), to_cpu(bias_in), output_mask, strategy);
@@ -428,8 +427,7 @@ std::tuple<Tensor, Tensor> rms_norm_forward(const Tensor& x_in, at::IntArrayRef 
   constexpr const char* op = "rms_norm_forward";
   check_tensor(op, "x", x_in, x_in);
   const Shape s = check_shape(op, x_in, normalized_shape);
-  check_param(op, "weight", weight_in, x_in, s);
-  check_param_dtypes(op, x_in, weight_in, std::nullopt);
+  check_params(op, weight_in, std::nullopt, x_in, s);
   if (on_cuda_f64(x_in)) {
     auto [y, rstd] = rms_norm_forward(x_in.cpu(), normalized_shape, to_cpu(weight_in), eps);
     return {y.to(x_in.device()), rstd.to(x_in.device())};
@@ -466,8 +464,7 @@ std::tuple<OptTensor, OptTensor> rms_norm_backward(const Tensor& dy_in, const Te
   const Shape s = check_shape(op, x_in, normalized_shape);
   check_grad_out(op, dy_in, x_in);
   check_stats(op, "rstd", rstd_in, x_in, s);
-  check_param(op, "weight", weight_in, x_in, s);
-  check_param_dtypes(op, x_in, weight_in, std::nullopt);
+  check_params(op, weight_in, std::nullopt, x_in, s);
   if (on_cuda_f64(x_in)) {
     auto [dx, dw] = rms_norm_backward(dy_in.cpu(), x_in.cpu(), normalized_shape, rstd_in.cpu(), to_cpu(weight_in),
                                       output_mask, strategy);

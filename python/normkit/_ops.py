@@ -66,7 +66,7 @@ def _check_common(op, x, normalized_shape, params):
         torch._check(x.shape[x.dim() - k + i] == size,
                      lambda: f"normkit.{op}: argument 'normalized_shape' is {list(normalized_shape)}, expected the "
                              f"trailing dimensions of 'x' (shape {list(x.shape)})")
-    owner = None  # the first parameter sets the dtype of the others (ops.cpp, check_param_dtypes)
+    owner = None  # the first parameter sets the dtype of the others (ops.cpp, check_params)
     for name, p in params:
         if p is None:
             continue
