@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
     };
 #pragma unroll
     for (int k = 0; k < kAffineAhead; ++k) load_ahead(k);
-    float mean = 0.f, rstd;
+    float mean = 0.f, rstd, m2 = 0.f;
     if constexpr (kRms) {
       float sum_sq[1];
       cluster.receive(sum_sq);
@@ -510,7 +510,6 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
       // gets the same bits: the same slots, the same butterfly): a loop over the ranks in every
       // thread was ~90 of a warp's ~950 instructions a row (ncu at 20196c0, split = 8).
       static_assert(kMaxFusedSplitBlocks <= kWarpSize, "a lane per rank");
-      float m2 = 0.f;
       cluster.receive_slots([&](const auto& slots) {
         const int b = int(threadIdx.x) % kWarpSize, last = p.split - 1;
         const float n_b = b < last ? float(p.slice_cols) : b == last ? float(max(0, p.cols - last * p.slice_cols)) : 0.f;
@@ -524,7 +523,12 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
       rstd = rsqrtf(m2 * inv_n + p.eps);
     }
     T* const y_row = p.y.row(r) + walk.col0;
-    const RowXhat<kRms, fma_row_terms<T>(true)> xhat_of(mean, rstd);
+    // A row with M2 == 0 is constant (or its deviations square to below fp32's range): its xhat is 0,
+    // as (x - mean) * rstd gives. The FMA form would give the rounding residual of mean * rstd instead,
+    // with rstd near 1 / sqrt(eps): y = b + 0.5 w at 40960.0 in every column (GPU test ConstantRows).
+    // Scaling by 0 makes every xhat +-0 at the cost of a select a row.
+    const float xhat_rstd = !kRms && m2 == 0.f ? 0.f : rstd;
+    const RowXhat<kRms, fma_row_terms<T>(true)> xhat_of(mean, xhat_rstd);
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       if constexpr (kRms) {
