@@ -159,10 +159,12 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   // NOTES.md entry 72): LayerNorm fp16 7-8 % faster, bf16 2 %, fp32 2.5-4.6 %, RMSNorm 16-bit 4-5 %;
   // but RMSNorm fp32 2-5 % slower, so that instance keeps the block-wide sum.
   constexpr bool kFirstWarpSends = kSplit && !(kRms && sizeof(T) == 4);
-  // The deferred (wide) walk's head sends the same way for 16-bit LayerNorm rows only: 7-8.5 % faster
-  // at 1024 / 4096 x 262144 (entry 73); LayerNorm fp32 measured 0.5-2.5 % slower, and the 16-bit
-  // RMSNorm instance spills 28 bytes with it and ran 18-24 % slower.
-  constexpr bool kDeferredFirstWarpSends = kDeferred && !kRms && sizeof(T) == 2;
+  // The deferred (wide) walk's head sends the same way for 16-bit rows only: LayerNorm 7-8.5 % faster
+  // at 1024 / 4096 x 262144 (entry 73; fp32 measured 0.5-2.5 % slower). RMSNorm's 16-bit instance
+  // spilled 28 bytes with it then and ran 18-24 % slower; since the FMA row terms (c7ddbf2) it fits,
+  // and RMSNorm 1024-4096 x 131072-262144 took 0.94-0.96x the time (fp32 weights 0.93-0.94x, though
+  // they spill 32 bytes instead of 16; entry 84).
+  constexpr bool kDeferredFirstWarpSends = kDeferred && sizeof(T) == 2;
   const auto row_sums = [&](float (&sums)[2]) {
     if constexpr (kFirstWarpSends) {
       if (block_sum_in_first_warp(sums, scratch)) cluster.send(sums);
