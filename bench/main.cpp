@@ -145,9 +145,11 @@ void note_failure(Context& ctx, const std::string& what, const Timing& t) {
   std::cerr << "normkit-bench: " << what << ": " << t.error << "\n";
 }
 
-std::unique_ptr<Setup> make_setup(Context& ctx, bool rms, std::int64_t m, std::int64_t n, DType dtype, std::string* why) {
+/// `weight` overrides the weight dtype (a suite case's own; else --wdtype or the activation dtype).
+std::unique_ptr<Setup> make_setup(Context& ctx, bool rms, std::int64_t m, std::int64_t n, DType dtype, std::string* why,
+                                  std::optional<DType> weight = std::nullopt) {
   try {
-    return Setup::create(*ctx.backend, rms, m, n, dtype, ctx.weight_dtype(dtype), ctx.rotation, why);
+    return Setup::create(*ctx.backend, rms, m, n, dtype, weight ? *weight : ctx.weight_dtype(dtype), ctx.rotation, why);
   } catch (const std::exception& e) {
     *why = e.what();
     return nullptr;
@@ -368,6 +370,9 @@ int run_seed(Context& ctx, const Outputs& out) {
 struct ShapeCase {
   std::string name;
   std::int64_t rows, cols;
+  /// fp32 weights on 16-bit rows (torch.autocast's case: bf16 activations, the module's fp32 weights); the
+  /// case is left out for fp32 rows (the plain case already) and where --wdtype sets the weights for all.
+  std::optional<DType> weight = std::nullopt;
 };
 
 std::vector<Strategy> strategies_for(OpKind op, const std::vector<Strategy>& requested) {
@@ -395,9 +400,11 @@ int run_shapes(Context& ctx, const Outputs& out, const std::string& suite, const
         if (op_is_rms(op) == rms) family_ops.push_back(op);
       if (family_ops.empty()) continue;
       for (const ShapeCase& sc : shapes) {
+        if (sc.weight && (dtype == *sc.weight || ctx.wdtype)) continue;
         std::string why;
         std::unique_ptr<Setup> setup;
-        if (!cpu_too_big(ctx, sc.rows, sc.cols, &why)) setup = make_setup(ctx, rms, sc.rows, sc.cols, dtype, &why);
+        if (!cpu_too_big(ctx, sc.rows, sc.cols, &why))
+          setup = make_setup(ctx, rms, sc.rows, sc.cols, dtype, &why, sc.weight);
         if (!setup) {
           std::cerr << "normkit-bench: " << sc.name << " " << short_dtype_name(dtype) << ": " << why << "\n";
           continue;
@@ -415,7 +422,10 @@ int run_shapes(Context& ctx, const Outputs& out, const std::string& suite, const
               records.push_back(timing_record(ctx, suite, sc.name, *setup, op, st, mode, t[st]));
             }
             std::vector<std::string> row = {sc.name, op_kind_name(op), std::to_string(sc.rows), std::to_string(sc.cols),
-                                            torch_dtype_name(dtype)};
+                                            torch_dtype_name(dtype) +
+                                                (setup->wdtype() != dtype
+                                                     ? std::string(" / w ") + torch_dtype_name(setup->wdtype())
+                                                     : std::string())};
             double best = kNaN;
             for (Strategy s : forced) {
               if (op_is_forward(op)) {
@@ -461,6 +471,11 @@ const std::vector<ShapeCase>& llm_shapes() {
       {"llm_131072x4096", 131072, 4096}, {"llama_16384x8192", 16384, 8192}, {"wide_2048x65536", 2048, 65536},
       {"gpt2_8192x768", 8192, 768},      {"odd_8192x1000", 8192, 1000},     {"huge_m_131072x64", 131072, 64},
       {"wide_4096x262144", 4096, 262144},
+      // autocast: fp32 weights on the 16-bit rows (docs/NOTES.md entry 84: the wide rows' 32-byte weight
+      // slots at 54-58 % of the floor)
+      {"autocast_131072x4096_w32", 131072, 4096, DType::F32},
+      {"autocast_16384x8192_w32", 16384, 8192, DType::F32},
+      {"autocast_wide_4096x262144_w32", 4096, 262144, DType::F32},
   };
   return shapes;
 }
@@ -762,6 +777,7 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   double log_sum = 0;
   int fused_points = 0;
   for (const ShapeCase& sc : llm_shapes()) {
+    if (sc.weight) continue;  // the tuned table is per activation dtype, with weights of that dtype
     for (bool rms : {false, true}) {
       std::string why;
       if (floor_bytes(rms ? OpKind::RmsBwd : OpKind::LnBwd, sc.rows, sc.cols, dtype, ctx.weight_dtype(dtype)) >
