@@ -119,9 +119,18 @@ if has_stage python; then
     say "FAIL  python-import-check: the installed extension crashes on a plan query; rebuilding with CXX=/usr/bin/g++"
     CXX=/usr/bin/g++ CC=/usr/bin/gcc MAX_JOBS=$JOBS run_stage pip-system-gxx python3 -m pip install --no-build-isolation --no-deps -v .
   fi
+  # AOTInductor compiles its package's .so with $CXX too: where setup.py refused that compiler (it links
+  # libstdc++ statically), loading the package segfaulted in the suite (session 30: the H200 image's
+  # CXX=/opt/gcc/bin/g++; 1 passed with CXX=/usr/bin/g++). The suite runs with the compiler the build took.
+  PYTEST_CXX=$(grep -oE "building with [^ ]+ instead" "$LOGS/pip.log" | head -1 | awk '{print $3}')
+  [ -n "$PYTEST_CXX" ] && say "  pytest runs with CXX=$PYTEST_CXX (the compiler the build took; AOTInductor's too)"
   # Worker processes (pytest-xdist, installed there): a crash in one test is reported as that test's
   # failure instead of ending the run.
-  run_stage pytest python3 -m pytest -q -n 2 --timeout=900 tests/python
+  if [ -n "$PYTEST_CXX" ]; then
+    CXX=$PYTEST_CXX run_stage pytest python3 -m pytest -q -n 2 --timeout=900 tests/python
+  else
+    run_stage pytest python3 -m pytest -q -n 2 --timeout=900 tests/python
+  fi
   tail -n 3 "$LOGS/pytest.log" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
 if has_stage pyprobe; then
