@@ -35,7 +35,7 @@ constexpr bool fma_row_terms(bool split) { return split && sizeof(T) == 2; }
 /// rstd + (-mean * rstd), the product rounded once a row, instead of a subtraction and a product. That
 /// moves xhat by up to |mean| * rstd * 2^-24 (6e-7 at a mean 10 standard deviations off zero), far
 /// below a 16-bit row's rounding; but where x == mean (a constant row) xhat is that rounding residual,
-/// not 0, up to |mean| / sqrt(eps) * 2^-25 (0.5 at a row of 40960.0): the forward's split rows pass
+/// not 0, up to |mean| / sqrt(eps) * 2^-24 (0.5 at a row of 40960.0, eps 1e-5): the forward's split rows pass
 /// rstd = 0 for a row of M2 == 0 (y == b exactly, as PyTorch); the backward's, given only mean and rstd,
 /// keep the residual (docs/NOTES.md entry 84). Rows that are not split keep the exact form (fma_row_terms).
 template <bool kRms, bool kFma>
