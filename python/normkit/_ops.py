@@ -97,7 +97,7 @@ def _check_backward(op, grad_out, x, k, stats, strategy):
     rows = 1
     for size in x.shape[: x.dim() - k]:
         rows = rows * size
-    stat_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    stat_dtype = _stats_dtype(x)
     for name, t in stats:
         torch._check(t.numel() == rows,
                      lambda: f"normkit.{op}: argument '{name}' has {t.numel()} elements (shape {list(t.shape)}), "
@@ -109,8 +109,13 @@ def _check_backward(op, grad_out, x, k, stats, strategy):
                  lambda: f"normkit: argument 'strategy' is \"{strategy}\", expected one of {', '.join(_STRATEGIES)}")
 
 
+def _stats_dtype(x):
+    """mean / rstd are float64 for float64 rows, else float32 (the ops' statistics)."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
 def _stats(x, k):
-    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    dtype = _stats_dtype(x)
     return x.new_empty((*x.shape[: x.dim() - k], *([1] * k)), dtype=dtype)
 
 
