@@ -523,12 +523,8 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
       rstd = rsqrtf(m2 * inv_n + p.eps);
     }
     T* const y_row = p.y.row(r) + walk.col0;
-    // A row with M2 == 0 is constant (or its deviations square to below fp32's range): its xhat is 0,
-    // as (x - mean) * rstd gives. The FMA form would give the rounding residual of mean * rstd instead,
-    // with rstd near 1 / sqrt(eps): y = b + 0.5 w at 40960.0 in every column (GPU test ConstantRows).
-    // Scaling by 0 makes every xhat +-0 at the cost of a select a row.
-    const float xhat_rstd = !kRms && m2 == 0.f ? 0.f : rstd;
-    const RowXhat<kRms, fma_row_terms<T>(true)> xhat_of(mean, xhat_rstd);
+    // (A constant row's mean is its value, of 11 significant bits at most: RowXhat gives it xhat = 0.)
+    const RowXhat<kRms, fma_row_terms<T>(true)> xhat_of(mean, rstd);
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       if constexpr (kRms) {
