@@ -801,6 +801,13 @@ constexpr int kFusedBlocksPerSm = 1;
 /// threads holds the accumulators and the fragment, not both float arrays), over clusters of up to
 /// kMaxFusedSplitBlocks blocks (262144 16-bit / 131072 fp32 columns).
 constexpr int kFusedWideItems = 4;
+/// Whether the fused kernel's staged wide rows keep their weights in shared memory after the stages,
+/// by the bytes of a slot's weights (the weights of its 16-byte vector of x): 16 (16-bit weights on
+/// 16-bit rows, fp32 on fp32: 32 KB a block beside three stages of 64 KB) or 32 (fp32 weights on 16-bit
+/// rows, autocast's case: 64 KB, which leaves room for two stages). Measured on the H200 (docs/NOTES.md
+/// entry 85), fp32 weights from global memory: 54-58 % of the floor; half the slots in shared memory with
+/// three stages 0.84-0.88x that time; all of them with two stages 0.87-0.94x less again.
+constexpr bool fused_wide_weights_in_smem(int slot_bytes) { return slot_bytes == 16 || slot_bytes == 32; }
 /// Scalar column strips (tiled, dx_and_tiled_kernel) unroll up to 16 rows a thread only in blocks of
 /// at most this many threads: 16 rows hold 64 registers of loads (x, dy, mean, rstd), which the 64
 /// registers a thread of a 1024-thread block (Tile-256) do not leave room for; 512-thread blocks have

@@ -90,28 +90,38 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   const W* weight = p.weight != nullptr ? p.weight + walk.col0 : nullptr;
   WeightFragment<W, kWide ? 1 : ITEMS, VEC> w;  // unused by the wide rows (they load per slot)
   if constexpr (kKeepWeights) w.load(weight, g, walk.cols, 1.f);
-  // Staged wide rows with 16-byte weight slots keep this thread's weights in shared memory after the
-  // row stages (the planner reserves them, fused_wide_weight_bytes): each slot's weights are read
-  // twice a row, and from global memory those reads went mostly to L2 beside 192 KB of stages. Each
-  // thread stores and reads only its own slots: no barrier. (Deferred walks stage no statistics, so
-  // the stages end at stages x 2 tensors x ITEMS slots a thread.)
-  constexpr bool kWeightsInSmem = kWide && kStaged && sizeof(Pack<W, VEC>) == 16;
+  // Staged wide rows keep this thread's weights in shared memory after the row stages (the planner
+  // reserves them, fused_wide_weight_bytes): each slot's weights are read twice a row, and from global
+  // memory those reads went mostly to L2 beside the stages. A slot's weights are one 16-byte chunk
+  // (16-bit weights on 16-bit rows, fp32 on fp32) or two (fp32 weights on 16-bit rows). Each thread
+  // stores and reads only its own chunks: no barrier. (Deferred walks stage no statistics, so the
+  // stages end at stages x 2 tensors x ITEMS slots a thread.)
+  constexpr int kWeightSlotBytes = int(sizeof(Pack<W, VEC>));
+  constexpr bool kWeightsInSmem = kWide && kStaged && fused_wide_weights_in_smem(kWeightSlotBytes);
   static_assert(!kWeightsInSmem || kDeferred, "the weights follow stages without statistics");
-  unsigned weight_slots = 0;  // shared address of this thread's weight slot 0 (kWeightsInSmem)
+  constexpr int kChunkElems = 16 / int(sizeof(W));                        // weights in one 16-byte chunk
+  constexpr int kChunks = VEC / kChunkElems > 0 ? VEC / kChunkElems : 1;  // chunks a slot (kWeightsInSmem)
+  using WeightChunk = Pack<W, kChunkElems>;
+  unsigned weight_slots = 0;  // shared address of this thread's first weight chunk (kWeightsInSmem)
+  // chunk c of slot k: the block's chunks of one (slot, chunk) lie together, 16 bytes a thread
+  const auto weight_chunk = [&](int k, int c) { return weight_slots + unsigned(k * kChunks + c) * blockDim.x * 16u; };
   if constexpr (kWeightsInSmem) {
     weight_slots = opaque(shared_address(row_kernel_smem) +
                           unsigned(p.stages * 2 * ITEMS * int(blockDim.x) + int(threadIdx.x)) * 16u);
-    // Every slot is written (ones without weights or past the slice), so the row's first pass
+    // Every chunk is written (ones without weights or past the slice), so the row's first pass
     // (accumulate) reads them without predicates: a padding slot's ones meet dy = 0 and add nothing.
     // The dx pass keeps the predicated read: without it too the LayerNorm bf16 instance spilled 72
     // bytes and ran 38 % slower (docs/NOTES.md entry 73).
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       const int col = g.column<VEC>(k);
-      Pack<W, VEC> pack;
-      if (weight != nullptr && col < walk.cols) pack = Pack<W, VEC>::load(weight + col);
-      else pack.fill(1.f);
-      store_shared_16(weight_slots + unsigned(k) * blockDim.x * 16u, pack);
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        WeightChunk chunk;
+        if (weight != nullptr && col < walk.cols) chunk = WeightChunk::load(weight + col + c * kChunkElems);
+        else chunk.fill(1.f);
+        store_shared_16(weight_chunk(k, c), chunk);
+      }
     }
   }
   float acc_dgamma[ITEMS][VEC], acc_dbeta[ITEMS][VEC];
@@ -125,10 +135,13 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   // read again for dx; inactive groups hold zeros and add nothing (dy = 0).
   const auto shared_weights = [&](int k, float (&wk)[VEC]) {
     if constexpr (kWeightsInSmem) {
-      Pack<W, VEC> pack;
-      load_shared_16(weight_slots + unsigned(k) * blockDim.x * 16u, pack);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) wk[i] = pack.get(i);
+      for (int c = 0; c < kChunks; ++c) {
+        WeightChunk chunk;
+        load_shared_16(weight_chunk(k, c), chunk);
+#pragma unroll
+        for (int i = 0; i < kChunkElems; ++i) wk[c * kChunkElems + i] = chunk.get(i);
+      }
     }
   };
   // unpredicated (std::true_type): the shared-memory slots' read without a branch (see above)
@@ -367,8 +380,10 @@ void launch_fused_backward(const BackwardProblem& p, const Plan& plan, float* pa
                       std::to_string(plan.deferred_sums) + " (" + plan.describe() + ")");
     const bool deferred = plan.deferred_sums;
     // Staged wide rows keep their weights after the stages (kWeightsInSmem): the plan must hold them.
-    if constexpr (items() > kMaxFusedItems && staged() && sizeof(Pack<W, vec()>) == 16) {
-      const std::int64_t needed = (std::int64_t(plan.row.stages) * 2 + 1) * items() * plan.row.block_threads() * 16;
+    constexpr int kWeightSlotBytes = int(sizeof(Pack<W, vec()>));
+    if constexpr (items() > kMaxFusedItems && staged() && fused_wide_weights_in_smem(kWeightSlotBytes)) {
+      const std::int64_t needed =
+          (std::int64_t(plan.row.stages) * 2 * 16 + kWeightSlotBytes) * items() * plan.row.block_threads();
       if (plan.row.smem_bytes < needed)
         throw CudaError("normkit: internal error: a wide fused plan without room for its weights (" + plan.describe() + ")");
     }

@@ -488,13 +488,14 @@ std::size_t partial_bytes(std::int64_t partial_rows, const Problem& p) {
 }
 
 /// Shared memory the fused kernel's staged wide rows (kFusedWideItems vectors a thread, split over a
-/// cluster) keep after their stages: the weights of the block's slice, one 16-byte pack per slot, where
-/// a slot's weights are 16 bytes (16-bit weights with 16-bit rows, fp32 with fp32). They read each
-/// slot's weights twice a row; from global memory that was mostly L2 traffic (L1 hit rate 28 % beside
-/// 192 KB of stages, docs/NOTES.md entries 28 and 59). 0 for every other row layout.
+/// cluster) keep after their stages: the weights of the block's slice, 16 or 32 bytes a slot
+/// (fused_wide_weights_in_smem). They read each slot's weights twice a row; from global memory that was
+/// mostly L2 traffic (L1 hit rate 28 % beside 192 KB of stages, docs/NOTES.md entries 28, 59 and 85).
+/// 0 for every other row layout.
 std::int64_t fused_wide_weight_bytes(const Problem& p, const RowShape& s) {
-  if (s.items != kFusedWideItems || s.split < 2 || dtype_size(p.weight_dtype) * std::int64_t(s.vec) != 16) return 0;
-  return std::int64_t(s.block_threads()) * s.items * 16;
+  if (s.items != kFusedWideItems || s.split < 2) return 0;
+  const int slot_bytes = int(dtype_size(p.weight_dtype)) * s.vec;
+  return fused_wide_weights_in_smem(slot_bytes) ? std::int64_t(s.block_threads()) * s.items * slot_bytes : 0;
 }
 
 /// Row layout of the fused kernel: its fixed block, at most kMaxFusedItems vectors per thread; a

@@ -679,12 +679,16 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
     EXPECT_EQ(plan.row.stages, 3) << where;
     EXPECT_EQ(plan.row.smem_bytes, (3 * 2 + 1) * slot_bytes) << where;
     EXPECT_LE(plan.row.smem_bytes + 1152, h200.smem_per_block_optin) << where;  // with the static scratch
-    if (c.t != DType::F32) {  // fp32 weights of 16-bit rows take 32 bytes a slot: read from global memory
+    if (c.t != DType::F32) {
+      // fp32 weights of 16-bit rows (autocast) take 32 bytes a slot, 64 KB, in shared memory too: two
+      // stages fit beside them (NOTES entry 85: 0.77-0.79x the time of three stages and the weights read
+      // from global memory at 4096 x 262144)
       Problem fp32_weights = p;
       fp32_weights.weight_dtype = DType::F32;
       const Plan mixed = normkit::plan(fp32_weights, h200, Strategy::Fused);
-      EXPECT_EQ(mixed.row.stages, 3) << where;
-      EXPECT_EQ(mixed.row.smem_bytes, 3 * 2 * slot_bytes) << where;
+      EXPECT_EQ(mixed.row.stages, 2) << where;
+      EXPECT_EQ(mixed.row.smem_bytes, (2 * 2 + 2) * slot_bytes) << where;
+      EXPECT_TRUE(mixed.deferred_sums) << where;
     }
     // auto: fused for every element size since NOTES entry 59 (fused_wide_min_element_bytes = 2); with
     // the key at 4, the unfused strategies with the split dX for 16-bit elements, fused again where the

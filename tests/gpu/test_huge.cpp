@@ -393,7 +393,10 @@ INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                                          // loads the vector rule promises, not for 32 (the forward loads a
                                          // slot's 8 weights ahead as two loads, NOTES entry 74)
                                          weights_at(with_weight_dtype(rms_spec("rms_M64_N65536_bf16_w32_at16", 64, 65536, DT::BF16), DT::F32), 4),
-                                         weights_at(with_weight_dtype(ln_spec("ln_M100_N65536_f16_w32_at16", 100, 65536, DT::F16), DT::F32), 4)),
+                                         weights_at(with_weight_dtype(ln_spec("ln_M100_N65536_f16_w32_at16", 100, 65536, DT::F16), DT::F32), 4),
+                                         // the wide rows' fp32 weights, staged in shared memory as two 16-byte
+                                         // chunks a slot (NOTES entry 85), from a 16-byte offset
+                                         weights_at(with_weight_dtype(ln_spec("ln_M40_N131072_f16_w32_at16", 40, 131072, DT::F16), DT::F32), 4)),
                          spec_name);
 
 // ---- mixed precision: fp32 weight/bias/dweight/dbias with fp16/bf16 activations ----
