@@ -806,7 +806,7 @@ constexpr int kFusedWideItems = 4;
 /// 16-bit rows, fp32 on fp32: 32 KB a block beside three stages of 64 KB) or 32 (fp32 weights on 16-bit
 /// rows, autocast's case: 64 KB, which leaves room for two stages). Measured on the H200 (docs/NOTES.md
 /// entry 85), fp32 weights from global memory: 54-58 % of the floor; half the slots in shared memory with
-/// three stages 0.84-0.88x that time; all of them with two stages 0.87-0.94x less again.
+/// three stages: 0.84-0.88x that time; all of them with two stages: 0.77-0.80x (70-75 % of the floor).
 constexpr bool fused_wide_weights_in_smem(int slot_bytes) { return slot_bytes == 16 || slot_bytes == 32; }
 /// Scalar column strips (tiled, dx_and_tiled_kernel) unroll up to 16 rows a thread only in blocks of
 /// at most this many threads: 16 rows hold 64 registers of loads (x, dy, mean, rstd), which the 64
