@@ -8,6 +8,7 @@
 
 #include <cooperative_groups.h>
 
+#include "core/exact_shift.h"
 #include "cuda/common.cuh"
 
 namespace normkit::cuda {
@@ -40,23 +41,17 @@ constexpr bool fma_row_terms(bool split) { return split && sizeof(T) == 2; }
 /// Rows that are not split keep the exact form (fma_row_terms).
 template <bool kRms, bool kFma>
 struct RowXhat {
-  /// Means of at most this many significant bits (any 16-bit value, so a constant row's mean) take the
-  /// FMA form with a shortened rstd (exact_shift_rstd).
-  static constexpr int kExactMeanBits = 11;
-  static constexpr unsigned kMeanLowBits = (1u << (24 - kExactMeanBits)) - 1u;  // zero in such a mean
-  static constexpr unsigned kRstdLowBits = (1u << kExactMeanBits) - 1u;         // cleared in rstd for it
   float mean, rstd, shift;
   __device__ __forceinline__ RowXhat(float mean_, float rstd_)
       : mean(mean_), rstd(kFma && !kRms ? exact_shift_rstd(mean_, rstd_) : rstd_), shift(-mean_ * rstd) {}
-  /// rstd shortened to 24 - kExactMeanBits significant bits where the mean has at most kExactMeanBits
-  /// (its low 13 bits are zero): mean * rstd is then exact (24 bits at most), so x == mean gives xhat =
-  /// +-0 as (x - mean) * rstd does, and not the product's rounding residual. The cost: xhat of such rows
-  /// scaled by at most 1 - 2^-13 (a mean with ~2^-13 of random rows' odds: constant rows, integer data),
-  /// and 4 instructions a row. (Clearing only as many bits as the mean has, found with a bit scan, cost
-  /// 8 and measured 1.1-2.2 % slower than main at LayerNorm 2048 x 65536 / 4096 x 262144 bf16.)
+  /// rstd shortened to 13 significant bits where the mean has at most 11 (core/exact_shift.h): mean *
+  /// rstd is then exact, so x == mean gives xhat = +-0 as (x - mean) * rstd does, and not the product's
+  /// rounding residual. The cost: xhat of such rows scaled by more than 1 - 2^-12 (a mean with ~2^-13 of
+  /// random rows' odds: constant rows, integer data), and 4 instructions a row. (Clearing only as many
+  /// bits as the mean has, found with a bit scan, cost 8 and measured 1.1-2.2 % slower than main at
+  /// LayerNorm 2048 x 65536 / 4096 x 262144 bf16.)
   __device__ __forceinline__ static float exact_shift_rstd(float mean_, float rstd_) {
-    const bool short_mean = (__float_as_uint(mean_) & kMeanLowBits) == 0u;
-    return __uint_as_float(__float_as_uint(rstd_) & ~(short_mean ? kRstdLowBits : 0u));
+    return __uint_as_float(detail::exact_shift_rstd_bits(__float_as_uint(mean_), __float_as_uint(rstd_)));
   }
   __device__ __forceinline__ float operator()(float x) const {
     if constexpr (kRms) return x * rstd;
