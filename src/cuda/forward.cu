@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
     };
 #pragma unroll
     for (int k = 0; k < kAffineAhead; ++k) load_ahead(k);
-    float mean = 0.f, rstd, m2 = 0.f;
+    float mean = 0.f, rstd;
     if constexpr (kRms) {
       float sum_sq[1];
       cluster.receive(sum_sq);
@@ -510,6 +510,7 @@ __global__ void __launch_bounds__(kWideSplitBlockThreads, 1) forward_split_kerne
       // gets the same bits: the same slots, the same butterfly): a loop over the ranks in every
       // thread was ~90 of a warp's ~950 instructions a row (ncu at 20196c0, split = 8).
       static_assert(kMaxFusedSplitBlocks <= kWarpSize, "a lane per rank");
+      float m2 = 0.f;
       cluster.receive_slots([&](const auto& slots) {
         const int b = int(threadIdx.x) % kWarpSize, last = p.split - 1;
         const float n_b = b < last ? float(p.slice_cols) : b == last ? float(max(0, p.cols - last * p.slice_cols)) : 0.f;
