@@ -128,6 +128,13 @@ std::optional<Tensor> present(const Tensor& t) { return t.defined() ? std::optio
 Tensor or_undefined(const std::optional<Tensor>& t) { return t ? *t : Tensor(); }
 bool has(const std::optional<Tensor>& t) { return t.has_value() && t->defined(); }
 
+/// A tensor as save_for_backward may keep it: a tensor made under torch.inference_mode cannot be
+/// saved, so such an input is saved as a copy. F.rms_norm on the CPU differentiates through ATen ops
+/// that save x * rstd rather than x, so an inference-mode x with a weight that requires grad works
+/// there; normkit saves x (its backward ops take x), and without the copy it raised instead.
+/// (F.layer_norm raises in that case; normkit serves it too.)
+Tensor saveable(const Tensor& t) { return t.defined() && t.is_inference() ? t.clone() : t; }
+
 /// Forward-mode AD (torch.autograd.forward_ad): whether `t` carries a tangent at the default level, and
 /// `t` without it.
 bool has_tangent(const Tensor& t) { return t.defined() && t._fw_grad(/*level=*/0).defined(); }
@@ -163,7 +170,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
                                ForwardStats* stats) {
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [y, mean, rstd] = normkit_torch::layer_norm_forward_op().call(x, normalized_shape, weight, bias, eps);
-    ctx->save_for_backward({x, or_undefined(weight), or_undefined(bias), mean, rstd});
+    ctx->save_for_backward({saveable(x), saveable(or_undefined(weight)), saveable(or_undefined(bias)), mean, rstd});
     save_forward_facts(ctx, normalized_shape, eps);
     // An undefined gradient of y stays undefined (backward returns none) instead of a zero tensor.
     ctx->set_materialize_grads(false);
@@ -202,7 +209,7 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
                                const std::optional<Tensor>& weight, std::optional<double> eps, ForwardStats* stats) {
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [y, rstd] = normkit_torch::rms_norm_forward_op().call(x, normalized_shape, weight, eps);
-    ctx->save_for_backward({x, or_undefined(weight), rstd});
+    ctx->save_for_backward({saveable(x), saveable(or_undefined(weight)), rstd});
     save_forward_facts(ctx, normalized_shape, eps.value_or(normkit_torch::default_rms_eps(x.scalar_type())));
     ctx->set_materialize_grads(false);  // as in LayerNormFunction
     stats->rstd = rstd;

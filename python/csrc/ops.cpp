@@ -543,7 +543,11 @@ normkit::Problem query_problem(std::string_view op, int64_t M, int64_t N, c10::S
   p.dtype = scalar_to_dtype("dtype", dtype);
   p.weight_dtype = weight_dtype ? scalar_to_dtype("weight_dtype", *weight_dtype) : p.dtype;
   p.mask = {mask[0], mask[1], p.op == normkit::Op::RmsNormBackward ? false : mask[2]};
-  p.rows_vector_aligned = true;
+  // The queries describe contiguous rows from torch's allocator (16-byte aligned): their rows are
+  // vectorised exactly when a row is a whole number of 16-byte vectors (rows_aligned, problem.cpp).
+  // Taken as always aligned, strategy_supported said yes to a forced fused at N = 1025 fp32, which the
+  // op then refused.
+  p.rows_vector_aligned = N * static_cast<int64_t>(normkit::dtype_size(p.dtype)) % 16 == 0;
   return p;
 }
 

@@ -54,6 +54,14 @@ def backward_strategy(name: str):
 # fake kernels
 # ---------------------------------------------------------------------------------------------
 
+def _check_device(op, x, name, t):
+    """ops.cpp's check_tensor: every tensor of a call on x's device. The dispatcher runs these fake
+    kernels whenever one argument is a meta tensor, so without this a meta weight next to a CPU x
+    returned uninitialised memory instead of the error the CPU op gives."""
+    torch._check(t.device == x.device,
+                 lambda: f"normkit.{op}: argument '{name}' is on {t.device} but 'x' is on {x.device}")
+
+
 def _check_common(op, x, normalized_shape, params):
     torch._check(x.dtype in _SUPPORTED,
                  lambda: f"normkit.{op}: argument 'x' has dtype {x.dtype}, expected float32, float16, bfloat16 or float64")
@@ -70,6 +78,7 @@ def _check_common(op, x, normalized_shape, params):
     for name, p in params:
         if p is None:
             continue
+        _check_device(op, x, name, p)
         torch._check(p.dim() == k and all(a == b for a, b in zip(p.shape, normalized_shape)),
                      lambda: f"normkit.{op}: argument '{name}' has shape {list(p.shape)}, expected normalized_shape "
                              f"{list(normalized_shape)}")
@@ -88,6 +97,9 @@ def _check_common(op, x, normalized_shape, params):
 def _check_backward(op, grad_out, x, k, stats, strategy):
     """The backward ops' own checks (ops.cpp: check_grad_out, check_stats, the strategy's name), with the
     same messages, so that a traced graph fails where the op would."""
+    _check_device(op, x, "grad_out", grad_out)
+    for name, t in stats:
+        _check_device(op, x, name, t)
     torch._check(grad_out.shape == x.shape,
                  lambda: f"normkit.{op}: argument 'grad_out' has shape {list(grad_out.shape)}, expected the shape of "
                          f"'x' {list(x.shape)}")

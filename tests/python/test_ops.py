@@ -494,6 +494,63 @@ def test_cpu_and_cuda_mixed_raise():
         normkit.layer_norm(x, (16,), torch.ones(16))
 
 
+def test_a_meta_tensor_beside_a_cpu_x_raises_naming_it():
+    # The dispatcher runs the fake kernels whenever one argument is a meta tensor; they check devices
+    # as the CPU op does (a meta weight beside a CPU x returned uninitialised memory before).
+    x = torch.randn(4, 16)
+    meta = lambda *shape: torch.ones(*shape, device="meta")  # noqa: E731
+    cases = [
+        ("'weight' is on meta but 'x' is on cpu", lambda: normkit.layer_norm(x, (16,), meta(16))),
+        ("'bias' is on meta but 'x' is on cpu", lambda: normkit.layer_norm(x, (16,), None, meta(16))),
+        ("'weight' is on meta but 'x' is on cpu", lambda: normkit.rms_norm(x, (16,), meta(16))),
+        ("'weight' is on cpu but 'x' is on meta", lambda: normkit.layer_norm(meta(4, 16), (16,), torch.ones(16))),
+        ("'weight' is on cpu but 'x' is on meta", lambda: normkit.nn.RMSNorm(16)(meta(4, 16))),
+    ]
+    _, mean, rstd = ops.layer_norm_forward(x, [16], None, None, 1e-5)
+    cases += [
+        ("'grad_out' is on meta", lambda: ops.layer_norm_backward(meta(4, 16), x, [16], mean, rstd, None, None,
+                                                                  [True, False, False])),
+        ("'mean' is on meta", lambda: ops.layer_norm_backward(x, x, [16], mean.to("meta"), rstd, None, None,
+                                                              [True, False, False])),
+        ("'rstd' is on meta", lambda: ops.rms_norm_backward(x, x, [16], rstd.to("meta"), None, [True, False])),
+    ]
+    for pattern, fn in cases:
+        with pytest.raises(RuntimeError, match=pattern):
+            fn()
+    # every tensor on meta: shapes only, as before
+    y = normkit.layer_norm(meta(4, 16), (16,), meta(16), meta(16))
+    assert y.device.type == "meta" and y.shape == (4, 16)
+
+
+@pytest.mark.parametrize("norm", ["layer_norm", "rms_norm"])
+def test_an_inference_mode_input_with_a_weight_that_requires_grad(norm):
+    # F.rms_norm differentiates such a call on the CPU; normkit saves a copy of the inference tensor
+    # (save_for_backward refuses the tensor itself).
+    with torch.inference_mode():
+        x = torch.randn(4, 16, device=DEV)
+    w = torch.randn(16, device=DEV, requires_grad=True)
+    dy = torch.randn(4, 16, device=DEV)
+    getattr(normkit, norm)(x, (16,), w).backward(dy)
+    expected = w.detach().clone().requires_grad_()
+    x_normal = x.clone()  # F.layer_norm refuses the inference tensor itself
+    getattr(torch.nn.functional, norm)(x_normal, (16,), expected).backward(dy)
+    torch.testing.assert_close(w.grad, expected.grad)
+
+
+def test_queries_plan_unaligned_rows_as_the_ops_do():
+    # strategy_supported / plan_backward describe contiguous rows: N = 1025 fp32 rows are not 16-byte
+    # vectors, and fused keeps only vectorised rows of more than 1024 columns (the op refuses them too)
+    ok, why = normkit.strategy_supported("rms_norm", 2, 1025, torch.float32, strategy="fused")
+    assert not ok and why
+    x = torch.randn(2, 1025, device=DEV)
+    _, rstd = ops.rms_norm_forward(x, [1025], torch.ones(1025, device=DEV), None)
+    with pytest.raises(RuntimeError, match="fused"):
+        ops.rms_norm_backward(x, x, [1025], rstd, torch.ones(1025, device=DEV), [True, True], "fused")
+    # a row of whole 16-byte vectors keeps its fused plan
+    assert normkit.strategy_supported("rms_norm", 2, 1028, torch.float32, strategy="fused")[0]
+    assert normkit.plan_backward("rms_norm", 2, 1028, torch.float32, strategy="fused").startswith("fused")
+
+
 def test_unsupported_forced_strategy_raises_not_substitutes():
     # fused keeps a row in registers: N = 300000 bf16 cannot fit, and normkit must say so
     ok, why = normkit.strategy_supported("layer_norm", 64, 300000, torch.bfloat16, strategy="fused")
