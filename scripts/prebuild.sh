@@ -19,5 +19,9 @@ for bin in tests/normkit_gpu_tests tests/normkit_cpu_tests bench/normkit-bench; 
   strip -o "$OUT/$name" "$BUILD/$bin"
   xz -T0 -6 "$OUT/$name"
 done
-grep -q '^/.prebuilt/' "$ROOT/.git/info/exclude" 2>/dev/null || echo '/.prebuilt/' >> "$ROOT/.git/info/exclude"
+# (info/exclude through git: in a worktree, scripts/prebuild-experiment.sh's, .git is a file)
+EXCLUDE=$(git -C "$ROOT" rev-parse --path-format=absolute --git-path info/exclude 2>/dev/null || true)
+if [ -n "$EXCLUDE" ] && ! grep -q '^/.prebuilt/' "$EXCLUDE" 2>/dev/null; then
+  mkdir -p "$(dirname "$EXCLUDE")" && echo '/.prebuilt/' >> "$EXCLUDE"
+fi
 du -sh "$OUT"
