@@ -650,6 +650,10 @@ constexpr bool keep_weights() { return kStaged && sizeof(W) * ITEMS * VEC <= kKe
 /// kStreamUnroll of them per step so that several loads are in flight per thread. load(u, col) is
 /// called for the step's vectors first, then use(u, col), each for col < n, in a fixed order.
 constexpr int kStreamUnroll = 4;
+// The columns of a row are ints in the row walks: validation caps CUDA rows at kMaxCudaRowLength, and
+// the largest column a walk forms runs past N by under two steps of kStreamUnroll vectors of a block.
+static_assert(kMaxCudaRowLength + 2 * std::int64_t(1024) * 8 * kStreamUnroll <= 0x7fffffff,
+              "a row's columns must fit an int");
 template <int VEC, typename Load, typename Use>
 __device__ __forceinline__ void stream_row(const RowGroup& g, int n, Load&& load, Use&& use) {
   const int step = g.threads * VEC;

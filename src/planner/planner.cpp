@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -465,7 +466,7 @@ ColumnShape two_pass_shape(const Problem& p, const DeviceFacts& device, const Pl
   const std::int64_t target_blocks = std::int64_t(device.sm_count) * t.two_pass_target_blocks_per_sm;
   const std::int64_t wanted_parts = std::max<std::int64_t>(1, ceil_div(target_blocks, c.col_blocks));
   const std::int64_t max_parts = std::max<std::int64_t>(1, ceil_div(p.rows, t.two_pass_min_rows_per_part));
-  const std::int64_t parts = std::min(wanted_parts, max_parts);
+  const std::int64_t parts = std::min({wanted_parts, max_parts, kMaxTwoPassParts});
   c.rows_per_part = std::max<std::int64_t>(1, ceil_div(std::max<std::int64_t>(p.rows, 1), parts));
   c.row_parts = ceil_div(std::max<std::int64_t>(p.rows, 1), c.rows_per_part);
   return c;
@@ -854,6 +855,7 @@ struct TableKey {
   long long (*get)(const PlannerTable&);
   void (*set)(PlannerTable&, long long);
   std::string (*check)(long long);
+  long long max;  ///< the largest value the field holds (1 for a flag): larger ones are rejected, not cast
 };
 
 template <auto M>
@@ -889,17 +891,23 @@ void write_items(PlannerTable& t, long long v) {  // vectors per thread: clamped
   write_member<M>(t, std::clamp<long long>(v, 1, kMax));
 }
 
+/// The range of a table field: a value of 2^32 + 1 for an int key was cast to 1, silently.
+template <auto M>
+constexpr long long field_max() {
+  using Field = std::remove_reference_t<decltype(std::declval<PlannerTable&>().*M)>;
+  return static_cast<long long>(std::numeric_limits<Field>::max());
+}
 template <auto M>
 constexpr TableKey key(const char* name, std::string (*check)(long long) = accept) {
-  return {name, read_member<M>, write_member<M>, check};
+  return {name, read_member<M>, write_member<M>, check, field_max<M>()};
 }
 template <auto M>
 constexpr TableKey key_at_least_one(const char* name) {
-  return {name, read_member<M>, write_at_least_one<M>, accept};
+  return {name, read_member<M>, write_at_least_one<M>, accept, field_max<M>()};
 }
 template <auto M, int kMax>
 constexpr TableKey key_items(const char* name) {
-  return {name, read_member<M>, write_items<M, kMax>, accept};
+  return {name, read_member<M>, write_items<M, kMax>, accept, field_max<M>()};
 }
 
 using Table = PlannerTable;
@@ -1067,6 +1075,8 @@ PlannerTable load_planner_table(const std::string& path) {
     for (const TableKey& k : kTableKeys)
       if (key == k.name) found = &k;
     if (found == nullptr) fail("unknown key '" + key + "'");
+    if (v > found->max)
+      fail(key + (found->max == 1 ? " must be 0 or 1" : " must be at most " + std::to_string(found->max)));
     const std::string why = found->check(v);
     if (!why.empty()) fail(key + " " + why);
     found->set(t, v);

@@ -34,7 +34,8 @@ namespace {
 /// (row_layout.cuh); ptxas reports 1152 for the split dX instances (build-prebuilt/ptxas.log), and
 /// plan_stages budgets the same (kStaticScratch, planner.cpp). The opt-in limit counts it too.
 constexpr std::int64_t kRowKernelStaticSmem = 1152;
-/// gridDim.y limit (two-pass: row parts are gridDim.y, gamma_beta_two_pass.cu).
+/// gridDim.y limit (two-pass: row parts are gridDim.y, gamma_beta_two_pass.cu): CUDA's, not the
+/// planner's kMaxTwoPassParts, so that the test does not take the planner's word for it.
 constexpr std::int64_t kMaxGridY = 65535;
 
 bool pow2(std::int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
@@ -833,6 +834,11 @@ TEST(PlanInvariants, TunedTablesRandomProblems) {
   deep_stages.row_pipeline_stages = kMaxRowStages;
   deep_stages.row_stage_bytes_per_sm = 0;
   deep_stages.fused_single_launch_min_grid_percent = 0;
+  // Row slices wanted beyond gridDim.y's 65535 (two_pass_target_blocks_per_sm has no cap of its own:
+  // at 1000, M = 2^23 x N = 32 wanted 131072 slices and the launch failed)
+  PlannerTable many_parts;
+  many_parts.two_pass_target_blocks_per_sm = 1000;
+  many_parts.two_pass_min_rows_per_part = 1;
   const auto start = std::chrono::steady_clock::now();
   Checker ck;
   Stats stats;
@@ -841,7 +847,8 @@ TEST(PlanInvariants, TunedTablesRandomProblems) {
              {"fused_split_most_clusters=0,fused_deferred_min_split=2,forward_split_wide_min_vectors=1,"
               "forward_split_min_vectors=4097",
               split_layouts},
-             {"row_pipeline_stages=8,row_stage_bytes_per_sm=0,fused_single_launch_min_grid_percent=0", deep_stages}},
+             {"row_pipeline_stages=8,row_stage_bytes_per_sm=0,fused_single_launch_min_grid_percent=0", deep_stages},
+             {"two_pass_target_blocks_per_sm=1000,two_pass_min_rows_per_part=1", many_parts}},
             ck, stats);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("[plan invariants] tuned tables: %lld problems (with masks), %lld plans, %lld rejected, %lld checks, %.2f s\n",
@@ -849,7 +856,7 @@ TEST(PlanInvariants, TunedTablesRandomProblems) {
               static_cast<long long>(stats.rejected), static_cast<long long>(ck.checks()), seconds);
   ck.print_coverage("tuned tables");
   ck.report();
-  expect_covered(ck, {"fused: cluster finish", "fused split deferred"});
+  expect_covered(ck, {"fused: cluster finish", "fused split deferred", "two_pass"});
 }
 
 }  // namespace

@@ -2263,6 +2263,10 @@ TEST(PlannerTable, MalformedFileNamesTheLine) {
   expect_error("forward_packed_block_threads = 100\n", {"forward_packed_block_threads", "power of two"});
   expect_error("fused_cluster_max_blocks = 16\n", {"fused_cluster_max_blocks"});  // beyond the portable cluster size
   expect_error("fused_min_elements = 2097152\n", {"fused_min_bytes"});  // an older table's key says what replaced it
+  // values beyond their field's range are refused, not cast (2^32 + 1 became 1 in an int)
+  expect_error("two_pass_target_blocks_per_sm = 4294967297\n", {"line 1", "two_pass_target_blocks_per_sm", "2147483647"});
+  expect_error("row_blocks_per_sm = 2147483648\n", {"row_blocks_per_sm", "at most"});
+  expect_error("fused_enabled = 2\n", {"fused_enabled", "0 or 1"});
   EXPECT_THROW(load_planner_table(path + ".missing"), Error);
   std::remove(path.c_str());
 }
