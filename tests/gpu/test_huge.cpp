@@ -2,6 +2,8 @@
 // undefined weight and defined bias) as passing tests, bitwise repeatability, wide rows
 // (N = 262144 bf16, N = 131072 fp32), M*N > 2^31 elements, and mixed precision (fp32 weight with
 // fp16/bf16 activations).
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "harness.h"
@@ -483,109 +485,174 @@ void check_rows_of(const HostBuffer& got, std::int64_t n, const std::vector<std:
   EXPECT_LE(e.rel(), tol) << what << " (sample rows): " << e.describe();
 }
 
-TEST(Huge, MoreThan2Pow31Elements) {
+/// The backward calls of one huge view: a strategy and the outputs it is asked for.
+struct HugeCall {
+  Strategy strategy;
+  bool dx;          ///< false: gamma/beta only (the column kernels alone; no 4 GB dx to fetch and scan)
+  bool gamma_beta;  ///< false: dx only (the dX kernel alone)
+};
+
+/// One view of the huge case's x / dy bytes as m rows of n bf16 elements (m * n > 2^31), LayerNorm or
+/// RMSNorm: the forward under the built-in table (and RMSNorm's packed walk where its rows pack) --
+/// mean / rstd of every row against the CPU forward, y of sample rows around the 2^31-byte and
+/// 2^31-element offsets and the last rows, every y element written -- then each backward call: dx of
+/// the sample rows and every dx element written when asked for, dweight / dbias against a float64 sum
+/// over all rows. A forced fused may refuse only rows that are not whole 16-byte vectors.
+void check_huge_view(HostCase& hc, DeviceCase& dc, std::int64_t m, std::int64_t n, bool rms,
+                     const std::vector<HugeCall>& calls, cudaStream_t stream) {
+  ASSERT_GT(m * n, std::int64_t(1) << 31);
+  Spec& spec = hc.spec;
+  spec.name = std::string(rms ? "rms" : "ln") + "_M" + std::to_string(m) + "_N" + std::to_string(n) + "_bf16";
+  SCOPED_TRACE(spec.name);
+  spec.M = m;
+  spec.N = n;
+  spec.rms = rms;
+  spec.has_bias = !rms;
+  spec.eps = rms ? 1e-6 : 1e-5;
+  const Layout vec{1, n, n, 0};
+  hc.weight = HostBuffer(DT::BF16, n);
+  fill_random(hc.weight, vec, seed_of(spec.name) ^ 3, 1.0, 0.8);
+  hc.bias = HostBuffer();
+  if (!rms) {
+    hc.bias = HostBuffer(DT::BF16, n);
+    fill_random(hc.bias, vec, seed_of(spec.name) ^ 4, 0.0, 0.8);
+  }
+  compute_stats(hc);  // CPU forward, F32 mean/rstd shared by the GPU call and the reference
+  dc.weight = DeviceBuffer(hc.weight.bytes.size());
+  dc.weight.upload(hc.weight, stream);
+  if (!rms) {
+    dc.bias = DeviceBuffer(hc.bias.bytes.size());
+    dc.bias.upload(hc.bias, stream);
+    dc.mean = DeviceBuffer(hc.mean.bytes.size());
+    dc.mean.upload(hc.mean, stream);
+  }
+  dc.rstd = DeviceBuffer(hc.rstd.bytes.size());
+  dc.rstd.upload(hc.rstd, stream);
+
+  std::vector<std::int64_t> rows{0,
+                                 1,
+                                 (std::int64_t(1) << 30) / n - 1,  // around byte offset 2^31 (bf16)
+                                 (std::int64_t(1) << 30) / n,
+                                 (std::int64_t(1) << 30) / n + 1,
+                                 (std::int64_t(1) << 31) / n - 1,  // around element offset 2^31
+                                 (std::int64_t(1) << 31) / n,
+                                 (std::int64_t(1) << 31) / n + 1,
+                                 m - 2,
+                                 m - 1};
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  const auto sample = take_rows(hc, rows);
+
+  // forward: mean/rstd of every row, y of the sample rows, every y element written. RMSNorm's
+  // aligned views also run its other row walk: the built-in table packs 4 GiB of x
+  // (rms_forward_packed_min_bytes), the table without packing takes the staged walk.
+  const RefForward forward_ref = reference_forward(*sample);
+  const bool aligned = n % 8 == 0;  // 16-byte vectorised bf16 rows
+  std::vector<const PlannerTable*> forward_tables{nullptr};
+  for (std::size_t t = 0; t < forward_tables.size(); ++t) {
+    const PlannerTable* table = forward_tables[t];
+    const ForwardOut f = gpu_forward(hc, dc, stream, table);
+    SCOPED_TRACE("forward " + f.plan.describe());
+    if (rms && n == 2056 && table == nullptr) EXPECT_TRUE(f.plan.row.packed) << "4.3 GB of 2056-column rows pack";
+    if (table == nullptr && f.plan.row.packed) forward_tables.push_back(&forward_packed_table(false));
+    if (table != nullptr) EXPECT_FALSE(f.plan.row.packed) << "the table without packing";
+    EXPECT_EQ(non_finite(f.y, m * n), 0) << "y: unwritten or non-finite elements";
+    check_rows_of(f.y, n, rows, forward_ref.y, test::tolerance(DT::BF16), "y");
+    const Err er = compare_vector(f.rstd, m, hc.rstd.to_double());
+    EXPECT_LE(er.rel(), 1e-5) << "rstd vs CPU forward: " << er.describe();
+    if (!rms) {
+      const Err em = compare_vector(f.mean, m, hc.mean.to_double());
+      EXPECT_LE(em.rel(), 1e-5) << "mean vs CPU forward: " << em.describe();
+    }
+  }
+
+  const RefBackward sample_ref = reference_backward(*sample);
+  std::vector<double> dw, db;
+  gamma_beta_f64(hc, dw, db);
+  for (const HugeCall& call : calls) {
+    const Mask mask{call.dx, call.gamma_beta, call.gamma_beta && !rms};
+    SCOPED_TRACE(strategy_id(call.strategy) + " " + mask_id(mask));
+    const BackwardOut out = gpu_backward(hc, dc, mask, call.strategy, stream);
+    if (!out.ran) {  // unsupported: gpu_backward required normkit::Error
+      EXPECT_TRUE(call.strategy == Strategy::Fused && !aligned)
+          << "only fused may refuse, and only rows that are not 16-byte vectors: " << out.why_not;
+      continue;
+    }
+    SCOPED_TRACE(out.plan.describe());
+    if (call.dx) {
+      EXPECT_EQ(non_finite(out.dx, m * n), 0) << "dx: unwritten or non-finite elements";
+      check_rows_of(out.dx, n, rows, sample_ref.dx, test::tolerance(DT::BF16), "dx");
+    }
+    if (!call.gamma_beta) continue;
+    const Err ew = compare_vector(out.dweight, n, dw);
+    EXPECT_LE(ew.rel(), test::tolerance(DT::BF16)) << "dweight: " << ew.describe();
+    EXPECT_EQ(unpoisoned_bytes(out.dweight, n, n + kGuard), 0);
+    if (!rms) {
+      const Err eb = compare_vector(out.dbias, n, db);
+      EXPECT_LE(eb.rel(), test::tolerance(DT::BF16)) << "dbias: " << eb.describe();
+      EXPECT_EQ(unpoisoned_bytes(out.dbias, n, n + kGuard), 0);
+    }
+  }
+}
+
+/// The huge case: M = 2^20 + 3 rows of N = 2049 bf16, 2,148,538,371 elements (4.3 GB) a tensor, of
+/// which the tests take views of other widths (m = that count / n rows of n). Skips without the
+/// device memory.
+std::unique_ptr<HostCase> huge_case(DeviceCase& dc, cudaStream_t stream, bool& skipped) {
   const std::int64_t M = (std::int64_t(1) << 20) + 3, N = 2049;
-  ASSERT_GT(M * N, std::int64_t(1) << 31);
   std::size_t free_bytes = 0, total_bytes = 0;
   NK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
   const std::size_t tensor = std::size_t(M * N) * 2;
-  if (free_bytes < 4 * tensor + (std::size_t(1) << 30))
-    GTEST_SKIP() << "needs " << 4 * tensor / (1 << 20) << " MiB of device memory, " << free_bytes / (1 << 20)
-                 << " MiB free";
-  cudaStream_t stream = test_stream();
+  skipped = free_bytes < 4 * tensor + (std::size_t(1) << 30);
+  if (skipped) {
+    std::printf("needs %zu MiB of device memory, %zu MiB free\n", 4 * tensor / (1 << 20), free_bytes / (1 << 20));
+    return nullptr;
+  }
   auto hc = make_host_case(ln_spec("ln_M1048579_N2049_bf16", M, N, DT::BF16));
-  DeviceCase dc = upload_case(*hc, stream);
+  dc = upload_case(*hc, stream);
+  return hc;
+}
 
-  // Two views of the same x/dy bytes: N = 2049 (rows not 16-byte aligned: fused cannot serve it and
-  // must throw) and N = 2056 (aligned rows: the vectorised and fused paths), each > 2^31 elements.
-  const std::int64_t m2 = M * N / 2056;
-  ASSERT_GT(m2 * 2056, std::int64_t(1) << 31);
-  for (const auto& view : {std::make_pair(M, N), std::make_pair(m2, std::int64_t(2056))})
-    for (bool rms : {false, true}) {
-      const std::int64_t m = view.first, n = view.second;
-      Spec& spec = hc->spec;
-      spec.name = std::string(rms ? "rms" : "ln") + "_M" + std::to_string(m) + "_N" + std::to_string(n) + "_bf16";
-      SCOPED_TRACE(spec.name);
-      spec.M = m;
-      spec.N = n;
-      spec.rms = rms;
-      spec.has_bias = !rms;
-      spec.eps = rms ? 1e-6 : 1e-5;
-      const Layout vec{1, n, n, 0};
-      hc->weight = HostBuffer(DT::BF16, n);
-      fill_random(hc->weight, vec, seed_of(spec.name) ^ 3, 1.0, 0.8);
-      hc->bias = HostBuffer();
-      if (!rms) {
-        hc->bias = HostBuffer(DT::BF16, n);
-        fill_random(hc->bias, vec, seed_of(spec.name) ^ 4, 0.0, 0.8);
-      }
-      compute_stats(*hc);  // CPU forward, F32 mean/rstd shared by the GPU call and the reference
-      dc.weight = DeviceBuffer(hc->weight.bytes.size());
-      dc.weight.upload(hc->weight, stream);
-      if (!rms) {
-        dc.bias = DeviceBuffer(hc->bias.bytes.size());
-        dc.bias.upload(hc->bias, stream);
-        dc.mean = DeviceBuffer(hc->mean.bytes.size());
-        dc.mean.upload(hc->mean, stream);
-      }
-      dc.rstd = DeviceBuffer(hc->rstd.bytes.size());
-      dc.rstd.upload(hc->rstd, stream);
+TEST(Huge, MoreThan2Pow31Elements) {
+  cudaStream_t stream = test_stream();
+  DeviceCase dc;
+  bool skipped = false;
+  auto hc = huge_case(dc, stream, skipped);
+  if (skipped) GTEST_SKIP() << "not enough device memory for 4 tensors of 4.3 GB";
+  const std::int64_t elements = hc->spec.M * hc->spec.N;
+  // N = 2049 (rows not 16-byte aligned: fused cannot serve it and must throw) and N = 2056 (aligned
+  // rows: the vectorised and fused paths). Besides auto and fused, the column kernels forced, gamma/beta
+  // only (their dx is the dX kernel auto runs): tiled, two-pass and simple over 2^20 rows; and on the
+  // aligned rows dx alone (the dX kernel without gamma/beta).
+  std::vector<HugeCall> calls{{Strategy::Auto, true, true},
+                              {Strategy::Fused, true, true},
+                              {Strategy::Tiled, false, true},
+                              {Strategy::TwoPass, false, true},
+                              {Strategy::Simple, false, true}};
+  for (bool rms : {false, true}) check_huge_view(*hc, dc, elements / 2049, 2049, rms, calls, stream);
+  calls.push_back({Strategy::Auto, true, false});
+  for (bool rms : {false, true}) check_huge_view(*hc, dc, elements / 2056, 2056, rms, calls, stream);
+}
 
-      const std::vector<std::int64_t> rows{0,
-                                           1,
-                                           (std::int64_t(1) << 30) / n - 1,  // around byte offset 2^31 (bf16)
-                                           (std::int64_t(1) << 30) / n,
-                                           (std::int64_t(1) << 30) / n + 1,
-                                           (std::int64_t(1) << 31) / n - 1,  // around element offset 2^31
-                                           (std::int64_t(1) << 31) / n,
-                                           (std::int64_t(1) << 31) / n + 1,
-                                           m - 2,
-                                           m - 1};
-      const auto sample = take_rows(*hc, rows);
-
-      // forward: mean/rstd of every row, y of the sample rows, every y element written. RMSNorm's
-      // aligned view also runs its other row walk: the built-in table packs 4 GiB of x
-      // (rms_forward_packed_min_bytes), the table without packing takes the staged walk.
-      const RefForward forward_ref = reference_forward(*sample);
-      const bool two_walks = rms && n % 8 == 0;  // 16-byte vectorised bf16 rows: packable
-      std::vector<const PlannerTable*> forward_tables{nullptr};
-      if (two_walks) forward_tables.push_back(&forward_packed_table(false));
-      for (const PlannerTable* table : forward_tables) {
-        const ForwardOut f = gpu_forward(*hc, dc, stream, table);
-        SCOPED_TRACE("forward " + f.plan.describe());
-        if (two_walks) EXPECT_EQ(f.plan.row.packed, table == nullptr) << "the walk this call was meant to run";
-        EXPECT_EQ(non_finite(f.y, m * n), 0) << "y: unwritten or non-finite elements";
-        check_rows_of(f.y, n, rows, forward_ref.y, test::tolerance(DT::BF16), "y");
-        const Err er = compare_vector(f.rstd, m, hc->rstd.to_double());
-        EXPECT_LE(er.rel(), 1e-5) << "rstd vs CPU forward: " << er.describe();
-        if (!rms) {
-          const Err em = compare_vector(f.mean, m, hc->mean.to_double());
-          EXPECT_LE(em.rel(), 1e-5) << "mean vs CPU forward: " << em.describe();
-        }
-      }
-
-      const RefBackward sample_ref = reference_backward(*sample);
-      std::vector<double> dw, db;
-      gamma_beta_f64(*hc, dw, db);
-      for (Strategy s : {Strategy::Auto, Strategy::Fused}) {
-        SCOPED_TRACE(strategy_id(s));
-        const BackwardOut out = gpu_backward(*hc, dc, spec.full_mask(), s, stream);
-        if (!out.ran) {  // fused unsupported: gpu_backward required normkit::Error
-          EXPECT_EQ(n, 2049) << "fused must serve aligned rows of 2056 bf16 elements: " << out.why_not;
-          continue;
-        }
-        EXPECT_EQ(non_finite(out.dx, m * n), 0) << "dx: unwritten or non-finite elements";
-        check_rows_of(out.dx, n, rows, sample_ref.dx, test::tolerance(DT::BF16), "dx");
-        const Err ew = compare_vector(out.dweight, n, dw);
-        EXPECT_LE(ew.rel(), test::tolerance(DT::BF16)) << "dweight: " << ew.describe();
-        EXPECT_EQ(unpoisoned_bytes(out.dweight, n, n + kGuard), 0);
-        if (!rms) {
-          const Err eb = compare_vector(out.dbias, n, db);
-          EXPECT_LE(eb.rel(), test::tolerance(DT::BF16)) << "dbias: " << eb.describe();
-          EXPECT_EQ(unpoisoned_bytes(out.dbias, n, n + kGuard), 0);
-        }
-      }
-    }
+// The short and the widest rows past 2^31 elements, on the same bytes: 64 columns (the forward's
+// short-row walk, fused rows of a few lanes) and 262144 (the forward's 8-vector split rows, the fused
+// wide walk over clusters of 16 with its weights in shared memory, and the dX kernel split 16 ways under
+// tiled). Separate from MoreThan2Pow31Elements so that a re-run can leave out either (both take minutes of
+// host-side reference work).
+TEST(Huge, ShortAndWideRowsMoreThan2Pow31Elements) {
+  cudaStream_t stream = test_stream();
+  DeviceCase dc;
+  bool skipped = false;
+  auto hc = huge_case(dc, stream, skipped);
+  if (skipped) GTEST_SKIP() << "not enough device memory for 4 tensors of 4.3 GB";
+  const std::int64_t elements = hc->spec.M * hc->spec.N;
+  for (bool rms : {false, true}) {
+    check_huge_view(*hc, dc, elements / 64, 64, rms, {{Strategy::Auto, true, true}, {Strategy::Fused, true, true}},
+                    stream);
+    check_huge_view(*hc, dc, elements / 262144, 262144, rms,
+                    {{Strategy::Auto, true, true}, {Strategy::Fused, true, true}, {Strategy::Tiled, true, true}},
+                    stream);
+  }
 }
 
 }  // namespace
