@@ -17,10 +17,6 @@ const PlannerTable& table_of(const ExecConfig& config) {
 }
 
 Plan plan_for(const ForwardProblem& p, const ExecConfig& config) {
-  // Forward has no gamma/beta strategy: a forced one is meaningless and rejected.
-  if (config.strategy != Strategy::Auto)
-    throw Error(std::string("normkit forward: argument 'strategy' must be auto for forward ops, got ") +
-                strategy_name(config.strategy));
   const DeviceFacts facts = config.device == Device::Cuda ? detail::cuda_device_facts() : DeviceFacts{};
   return plan(detail::planner_problem(p), facts, Strategy::Auto, table_of(config));
 }
@@ -30,10 +26,34 @@ Plan plan_for(const BackwardProblem& p, const ExecConfig& config) {
   return plan(detail::planner_problem(p), facts, config.strategy, table_of(config));
 }
 
-template <typename Problem>
-void validate_call(const Problem& p, const ExecConfig& config) {
+/// The ExecConfig's own fields, before the views: an unknown device would otherwise skip the checks
+/// that depend on it (pointers, f64, row length) and reach the CUDA layer.
+void check_config(const char* op, const ExecConfig& config, bool forward) {
+  const std::string prefix = std::string("normkit.") + op + ": argument ";
+  if (config.device != Device::Cpu && config.device != Device::Cuda)
+    throw Error(prefix + "'device' has the unknown code " + std::to_string(int(config.device)) + ", expected Cpu or Cuda");
+  const bool known = config.strategy == Strategy::Auto || config.strategy == Strategy::Simple ||
+                     config.strategy == Strategy::Tiled || config.strategy == Strategy::TwoPass ||
+                     config.strategy == Strategy::Fused;
+  if (!known)
+    throw Error(prefix + "'strategy' has the unknown code " + std::to_string(int(config.strategy)));
+  // Forward has no gamma/beta strategy: a forced one is meaningless and rejected (on every device).
+  if (forward && config.strategy != Strategy::Auto)
+    throw Error(prefix + "'strategy' must be auto for forward ops, got " + strategy_name(config.strategy));
+}
+
+void validate_call(const ForwardProblem& p, const ExecConfig& config) {
+  check_config(op_name(p.rms ? Op::RmsNormForward : Op::LayerNormForward), config, true);
   detail::validate(p, config.device,
                    config.caller_checked_pointers ? detail::PointerQuery::Skip : detail::PointerQuery::Ask);
+}
+void validate_call(const BackwardProblem& p, const ExecConfig& config) {
+  check_config(op_name(p.rms ? Op::RmsNormBackward : Op::LayerNormBackward), config, false);
+  detail::validate(p, config.device,
+                   config.caller_checked_pointers ? detail::PointerQuery::Skip : detail::PointerQuery::Ask);
+  // The CPU reference honours a forced strategy only in that it must be one the planner could serve
+  // on the GPU (results never depend on it): the call, its plan and its workspace query refuse alike.
+  if (config.device == Device::Cpu && config.strategy != Strategy::Auto) plan_for(p, config);
 }
 
 /// The plan query of the public API: the arguments are validated first, as by the call itself.
@@ -62,9 +82,6 @@ std::size_t backward_workspace(const BackwardProblem& p, const ExecConfig& confi
 void run_backward(const BackwardProblem& p, const ExecConfig& config, Workspace workspace) {
   validate_call(p, config);
   if (config.device == Device::Cpu) {
-    // The reference path honours strategy only in that a forced strategy must still be one the
-    // planner could serve: results never depend on it.
-    if (config.strategy != Strategy::Auto) plan_for(p, config);
     detail::reference_backward(p);
     return;
   }

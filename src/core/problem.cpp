@@ -141,6 +141,12 @@ class Validator {
     if (stride < n)
       fail(name, "has row_stride = " + std::to_string(stride) + " < N = " + std::to_string(n) +
                      " (rows would overlap)");
+    // A row's bytes must be addressable whatever M (the overlap and alignment checks compute them even
+    // for an empty call; an M = 0 view with a row_stride of 2^62 overflowed there).
+    std::int64_t row_bytes = 0;
+    if (__builtin_mul_overflow(stride, static_cast<std::int64_t>(dtype_size(dtype)), &row_bytes))
+      fail(name, "has row_stride = " + std::to_string(stride) + " elements of " + std::to_string(dtype_size(dtype)) +
+                     " bytes, whose byte size overflows int64");
     std::int64_t elements = 0, bytes = 0;
     if (__builtin_mul_overflow(m, stride, &elements) ||
         __builtin_mul_overflow(elements, static_cast<std::int64_t>(dtype_size(dtype)), &bytes))

@@ -86,6 +86,9 @@ double vector_or(const std::optional<ConstVec>& v, std::int64_t index, double ab
 
 void reference_forward(const ForwardProblem& p) {
   const std::int64_t m = p.rows(), n = p.cols();
+  // An empty call writes nothing; its rows' width may be any size validation allows (the buffers
+  // below are N doubles each: an M = 0 call of 2^61 columns threw std::length_error).
+  if (m == 0) return;
   const std::int64_t x_stride = p.x.stride(), y_stride = p.y.stride();
   const std::size_t columns = static_cast<std::size_t>(n);
   std::vector<double> weight(columns), bias(columns), row(columns);
@@ -120,6 +123,13 @@ void reference_forward(const ForwardProblem& p) {
 
 void reference_backward(const BackwardProblem& p) {
   const std::int64_t m = p.rows(), n = p.cols();
+  if (m == 0) {  // the sums are empty: zero gradients, without the N-double buffers (see the forward)
+    if (p.dweight)
+      for (std::int64_t c = 0; c < n; ++c) store(p.dweight->data, p.dweight->dtype, c, 0.0);
+    if (p.dbias)
+      for (std::int64_t c = 0; c < n; ++c) store(p.dbias->data, p.dbias->dtype, c, 0.0);
+    return;
+  }
   const std::int64_t x_stride = p.x.stride(), dy_stride = p.dy.stride();
   const std::size_t columns = static_cast<std::size_t>(n);
   std::vector<double> weight(columns), xhat(columns), dy(columns);
@@ -151,7 +161,6 @@ void reference_backward(const BackwardProblem& p) {
       }
     }
   }
-  // With M = 0 the sums are empty: the gradients are zeros, written like any other result.
   for (std::int64_t c = 0; c < n; ++c) {
     if (p.dweight) store(p.dweight->data, p.dweight->dtype, c, dweight_sum[std::size_t(c)]);
     if (p.dbias) store(p.dbias->data, p.dbias->dtype, c, dbias_sum[std::size_t(c)]);
