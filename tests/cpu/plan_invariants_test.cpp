@@ -75,34 +75,22 @@ std::vector<NamedDevice> test_devices() {
     for (int k = 1; k <= kMaxFusedSplitBlocks; ++k) d.cluster_sms[k - 1] = k <= 8 ? d.sm_count / k * k : 0;
     out.push_back({"small-sm90(20 SMs, portable clusters only)", d});
   }
-  {
-    // a small sm_89-like GPU: 24 SMs, 99 KB opt-in shared memory, no clusters, no programmatic launch
+  // GPUs without clusters or programmatic launch (before sm_90)
+  const auto pre_hopper = [](int sms, std::int64_t l2_mib, std::int64_t optin_kib) {
     DeviceFacts d;
-    d.sm_count = 24;
-    d.l2_bytes = 32LL << 20;
+    d.sm_count = sms;
+    d.l2_bytes = l2_mib << 20;
     d.smem_per_block = 48 << 10;
-    d.smem_per_block_optin = 99 << 10;
-    d.smem_per_sm = 100 << 10;
+    d.smem_per_block_optin = optin_kib << 10;
+    d.smem_per_sm = (optin_kib + 1) << 10;
     d.max_cluster_blocks = 0;
     d.max_nonportable_cluster_blocks = 0;
     d.programmatic_launch = false;
     for (int& s : d.cluster_sms) s = 0;
-    out.push_back({"small-sm89(24 SMs, 99 KB smem, no clusters)", d});
-  }
-  {
-    // A100 (sm_80): 108 SMs, 163 KB opt-in, no clusters, no programmatic launch
-    DeviceFacts d;
-    d.sm_count = 108;
-    d.l2_bytes = 40LL << 20;
-    d.smem_per_block = 48 << 10;
-    d.smem_per_block_optin = 163 << 10;
-    d.smem_per_sm = 164 << 10;
-    d.max_cluster_blocks = 0;
-    d.max_nonportable_cluster_blocks = 0;
-    d.programmatic_launch = false;
-    for (int& s : d.cluster_sms) s = 0;
-    out.push_back({"a100-sm80(108 SMs, no clusters)", d});
-  }
+    return d;
+  };
+  out.push_back({"small-sm89(24 SMs, 99 KB smem, no clusters)", pre_hopper(24, 32, 99)});
+  out.push_back({"a100-sm80(108 SMs, no clusters)", pre_hopper(108, 40, 163)});
   return out;
 }
 

@@ -596,30 +596,32 @@ void check_huge_view(HostCase& hc, DeviceCase& dc, std::int64_t m, std::int64_t 
 }
 
 /// The huge case: M = 2^20 + 3 rows of N = 2049 bf16, 2,148,538,371 elements (4.3 GB) a tensor, of
-/// which the tests take views of other widths (m = that count / n rows of n). Skips without the
-/// device memory.
-std::unique_ptr<HostCase> huge_case(DeviceCase& dc, cudaStream_t stream, bool& skipped) {
-  const std::int64_t M = (std::int64_t(1) << 20) + 3, N = 2049;
-  std::size_t free_bytes = 0, total_bytes = 0;
-  NK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const std::size_t tensor = std::size_t(M * N) * 2;
-  skipped = free_bytes < 4 * tensor + (std::size_t(1) << 30);
-  if (skipped) {
-    std::printf("needs %zu MiB of device memory, %zu MiB free\n", 4 * tensor / (1 << 20), free_bytes / (1 << 20));
-    return nullptr;
+/// which the tests take views of other widths (elements / n rows of n). Skips without the device memory.
+class Huge : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::int64_t M = (std::int64_t(1) << 20) + 3, N = 2049;
+    std::size_t free_bytes = 0, total_bytes = 0;
+    NK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const std::size_t tensor = std::size_t(M * N) * 2;
+    if (free_bytes < 4 * tensor + (std::size_t(1) << 30))
+      GTEST_SKIP() << "needs " << 4 * tensor / (1 << 20) << " MiB of device memory, " << free_bytes / (1 << 20)
+                   << " MiB free";
+    hc = make_host_case(ln_spec("ln_M1048579_N2049_bf16", M, N, DT::BF16));
+    dc = upload_case(*hc, stream);
+    elements = M * N;
   }
-  auto hc = make_host_case(ln_spec("ln_M1048579_N2049_bf16", M, N, DT::BF16));
-  dc = upload_case(*hc, stream);
-  return hc;
-}
+  void check_view(std::int64_t n, bool rms, const std::vector<HugeCall>& calls) {
+    check_huge_view(*hc, dc, elements / n, n, rms, calls, stream);
+  }
 
-TEST(Huge, MoreThan2Pow31Elements) {
   cudaStream_t stream = test_stream();
+  std::unique_ptr<HostCase> hc;
   DeviceCase dc;
-  bool skipped = false;
-  auto hc = huge_case(dc, stream, skipped);
-  if (skipped) GTEST_SKIP() << "not enough device memory for 4 tensors of 4.3 GB";
-  const std::int64_t elements = hc->spec.M * hc->spec.N;
+  std::int64_t elements = 0;
+};
+
+TEST_F(Huge, MoreThan2Pow31Elements) {
   // N = 2049 (rows not 16-byte aligned: fused cannot serve it and must throw) and N = 2056 (aligned
   // rows: the vectorised and fused paths). Besides auto and fused, the column kernels forced, gamma/beta
   // only (their dx is the dX kernel auto runs): tiled, two-pass and simple over 2^20 rows; and on the
@@ -629,9 +631,9 @@ TEST(Huge, MoreThan2Pow31Elements) {
                               {Strategy::Tiled, false, true},
                               {Strategy::TwoPass, false, true},
                               {Strategy::Simple, false, true}};
-  for (bool rms : {false, true}) check_huge_view(*hc, dc, elements / 2049, 2049, rms, calls, stream);
+  for (bool rms : {false, true}) check_view(2049, rms, calls);
   calls.push_back({Strategy::Auto, true, false});
-  for (bool rms : {false, true}) check_huge_view(*hc, dc, elements / 2056, 2056, rms, calls, stream);
+  for (bool rms : {false, true}) check_view(2056, rms, calls);
 }
 
 // The short and the widest rows past 2^31 elements, on the same bytes: 64 columns (the forward's
@@ -639,19 +641,10 @@ TEST(Huge, MoreThan2Pow31Elements) {
 // wide walk over clusters of 16 with its weights in shared memory, and the dX kernel split 16 ways under
 // tiled). Separate from MoreThan2Pow31Elements so that a re-run can leave out either (both take minutes of
 // host-side reference work).
-TEST(Huge, ShortAndWideRowsMoreThan2Pow31Elements) {
-  cudaStream_t stream = test_stream();
-  DeviceCase dc;
-  bool skipped = false;
-  auto hc = huge_case(dc, stream, skipped);
-  if (skipped) GTEST_SKIP() << "not enough device memory for 4 tensors of 4.3 GB";
-  const std::int64_t elements = hc->spec.M * hc->spec.N;
+TEST_F(Huge, ShortAndWideRowsMoreThan2Pow31Elements) {
   for (bool rms : {false, true}) {
-    check_huge_view(*hc, dc, elements / 64, 64, rms, {{Strategy::Auto, true, true}, {Strategy::Fused, true, true}},
-                    stream);
-    check_huge_view(*hc, dc, elements / 262144, 262144, rms,
-                    {{Strategy::Auto, true, true}, {Strategy::Fused, true, true}, {Strategy::Tiled, true, true}},
-                    stream);
+    check_view(64, rms, {{Strategy::Auto, true, true}, {Strategy::Fused, true, true}});
+    check_view(262144, rms, {{Strategy::Auto, true, true}, {Strategy::Fused, true, true}, {Strategy::Tiled, true, true}});
   }
 }
 
