@@ -65,7 +65,8 @@ RowShape row_shape(const Problem& p, const DeviceFacts& device, const PlannerTab
   s.threads_per_row = group;
   s.rows_per_block = std::max(1, block_threads / group);
   const std::int64_t needed = ceil_div(std::max<std::int64_t>(p.rows, 1), s.rows_per_block);
-  s.blocks = std::min<std::int64_t>(needed, std::int64_t(device.sm_count) * t.row_blocks_per_sm);
+  // the walks stride over the grid: a table's row_blocks_per_sm may ask more than a grid holds
+  s.blocks = std::min({needed, std::int64_t(device.sm_count) * t.row_blocks_per_sm, kMaxGridBlocks});
   return s;
 }
 
@@ -100,16 +101,23 @@ bool short_vector_rows(const Problem& p, const PlannerTable& t) {
 /// rows, where they were measured.
 RowShape row_kernel_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   const int max_threads = device.max_threads_per_block;
-  RowShape s = row_shape(p, device, t, kMaxRowItems, max_threads, t.row_block_threads, t.row_items_target);
+  // The kernels' launch bounds hold row_kernel_max_threads(items) threads a block: a table's block
+  // threads (row_block_threads, small_grid_block_threads: any power of two up to 1024) give way to
+  // them, or a block of 512 threads with 4 vectors each failed to launch.
+  const auto shape = [&](int block_threads, int items_target) {
+    const RowShape r = row_shape(p, device, t, kMaxRowItems, max_threads, block_threads, items_target);
+    const int bound = row_kernel_max_threads(r.items);
+    return r.block_threads() <= bound ? r : row_shape(p, device, t, kMaxRowItems, max_threads, bound, items_target);
+  };
+  RowShape s = shape(t.row_block_threads, t.row_items_target);
   if (s.items == 0) return s;  // streamed rows keep their layout
   if (s.blocks < (is_backward(p.op) ? t.small_grid_blocks : t.forward_small_grid_blocks))
-    return row_shape(p, device, t, kMaxRowItems, max_threads, t.small_grid_block_threads, t.small_grid_items_target);
+    return shape(t.small_grid_block_threads, t.small_grid_items_target);
   if (is_backward(p.op)) return s;
-  if (short_vector_rows(p, t))
-    return row_shape(p, device, t, kMaxRowItems, max_threads, t.row_block_threads, t.forward_short_row_items_target);
+  if (short_vector_rows(p, t)) return shape(t.row_block_threads, t.forward_short_row_items_target);
   if (is_rms(p.op) && vector_width(p) > 1 && row_vectors(p) >= t.rms_forward_one_item_min_vectors &&
       row_vectors(p) <= max_threads)
-    return row_shape(p, device, t, kMaxRowItems, max_threads, t.row_block_threads, 1);
+    return shape(t.row_block_threads, 1);
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <random>
@@ -161,6 +162,7 @@ class Checker {
     return it == coverage_.end() ? 0 : it->second;
   }
   std::int64_t checks() const { return checks_; }
+  bool failed() const { return !failures_.empty(); }
   void report() const {
     for (const auto& [invariant, f] : failures_) {
       std::ostringstream os;
@@ -845,6 +847,83 @@ TEST(PlanInvariants, TunedTablesRandomProblems) {
   ck.print_coverage("tuned tables");
   ck.report();
   expect_covered(ck, {"fused: cluster finish", "fused split deferred", "two_pass"});
+}
+
+// Tables a user's `normkit-bench --tune` or a hand edit could produce: every key of the format, each
+// set with some chance to a value around or far from its default (0, 1, halves, doubles, up to 2^31 - 1),
+// written and read back through load_planner_table (a table it refuses is skipped: its check is what
+// stands between such a file and the planner). Whatever thresholds a loaded table holds, every plan must
+// still be one the kernels can launch, and auto and the unfused strategies must still serve every valid
+// problem.
+TEST(PlanInvariants, RandomLoadedTablesRandomProblems) {
+  const std::string path = ::testing::TempDir() + "normkit_random_table.txt";
+  std::mt19937_64 rng(4242);
+  const auto uniform = [&] { return std::uniform_real_distribution<double>(0.0, 1.0)(rng); };
+  // the keys and defaults, from the table's own text format
+  std::vector<std::pair<std::string, long long>> keys;
+  {
+    std::istringstream in(format_planner_table(default_planner_table()));
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      const auto eq = line.find(" = ");
+      keys.emplace_back(line.substr(0, eq), std::stoll(line.substr(eq + 3)));
+    }
+  }
+  ASSERT_GT(keys.size(), 50u);
+  const auto random_value = [&](long long d) -> long long {
+    const double r = uniform();
+    if (r < 0.15) return 0;
+    if (r < 0.3) return 1;
+    if (r < 0.45) return d / 2;
+    if (r < 0.6) return d * 2 + 1;
+    if (r < 0.7) return 0x7fffffffLL;
+    if (r < 0.85) return 1LL << int(uniform() * 31);
+    return d;
+  };
+  Checker ck;
+  Stats stats;
+  int loaded = 0, refused = 0;  // single key changes the loader took / refused
+  const auto start = std::chrono::steady_clock::now();
+  for (int table_index = 0; table_index < 60; ++table_index) {
+    // key by key: a change the loader refuses is taken back (else nearly every table has one)
+    std::vector<long long> values;
+    for (const auto& key : keys) values.push_back(key.second);
+    const auto text_of = [&] {
+      std::string text;
+      for (std::size_t k = 0; k < keys.size(); ++k) text += keys[k].first + " = " + std::to_string(values[k]) + "\n";
+      return text;
+    };
+    PlannerTable table = default_planner_table();
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      if (uniform() >= 0.3) continue;
+      const long long before = values[k];
+      values[k] = random_value(before);
+      { std::ofstream(path) << text_of(); }
+      try {
+        table = load_planner_table(path);
+        ++loaded;
+      } catch (const Error&) {
+        ++refused;
+        values[k] = before;
+      }
+    }
+    const std::string text = text_of();
+    { std::ofstream(path) << text; }
+    table = load_planner_table(path);
+    const std::string name = "random table " + std::to_string(table_index);
+    run_sweep(1000 + std::uint64_t(table_index), 60, {{name.c_str(), table}}, ck, stats);
+    if (ck.failed()) {  // the table that broke an invariant, for the reproducer
+      ADD_FAILURE() << name << ":\n" << text;
+      break;
+    }
+  }
+  std::remove(path.c_str());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("[plan invariants] random tables: %d changed keys loaded, %d refused; %lld plans, %lld rejected, %.2f s\n",
+              loaded, refused, static_cast<long long>(stats.plans), static_cast<long long>(stats.rejected), seconds);
+  ck.report();
+  EXPECT_GE(loaded, 60 * 10) << "the tables should change many keys each";
 }
 
 }  // namespace
