@@ -819,7 +819,7 @@ constexpr int kOneLaunchMaxThreads = 512;
 static_assert(kOneLaunchMaxThreads <= kTiledLongUnrollMaxThreads, "one-launch strips may unroll 16 rows");
 constexpr int kOneLaunchMaxItems = 2;
 /// Row slices of two-pass at most: pass 1's grid is col_blocks x row_parts, and a grid's y dimension
-/// holds 65535 blocks (a table raising two_pass_target_blocks_per_sm asked for more; the launch failed).
+/// holds 65535 blocks (a table raising two_pass_target_blocks_per_sm asked for more: a grid that would not launch).
 constexpr std::int64_t kMaxTwoPassParts = 65535;
 /// The partial reduce (two-pass pass 2, fused final step) has a thread sum up to this many partial
 /// rows per batch of loads in flight; the planner gives it enough thread rows (ColumnShape::

@@ -103,7 +103,7 @@ RowShape row_kernel_shape(const Problem& p, const DeviceFacts& device, const Pla
   const int max_threads = device.max_threads_per_block;
   // The kernels' launch bounds hold row_kernel_max_threads(items) threads a block: a table's block
   // threads (row_block_threads, small_grid_block_threads: any power of two up to 1024) give way to
-  // them, or a block of 512 threads with 4 vectors each failed to launch.
+  // them: a block of 512 threads with 4 vectors each would not launch (random tables, PlanInvariants).
   const auto shape = [&](int block_threads, int items_target) {
     const RowShape r = row_shape(p, device, t, kMaxRowItems, max_threads, block_threads, items_target);
     const int bound = row_kernel_max_threads(r.items);
