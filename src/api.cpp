@@ -2,6 +2,8 @@
 // planner -> CPU reference or CUDA dispatch. No threshold or launch shape lives here.
 #include "normkit/normkit.h"
 
+#include <cstring>
+
 #include "core/problem.h"
 #include "cpu/reference.h"
 #include "cuda/dispatch.h"
@@ -32,10 +34,8 @@ void check_config(const char* op, const ExecConfig& config, bool forward) {
   const std::string prefix = std::string("normkit.") + op + ": argument ";
   if (config.device != Device::Cpu && config.device != Device::Cuda)
     throw Error(prefix + "'device' has the unknown code " + std::to_string(int(config.device)) + ", expected Cpu or Cuda");
-  const bool known = config.strategy == Strategy::Auto || config.strategy == Strategy::Simple ||
-                     config.strategy == Strategy::Tiled || config.strategy == Strategy::TwoPass ||
-                     config.strategy == Strategy::Fused;
-  if (!known)
+  // strategy_name's switch is the one list of the strategies: "unknown" for any other code
+  if (std::strcmp(strategy_name(config.strategy), "unknown") == 0)
     throw Error(prefix + "'strategy' has the unknown code " + std::to_string(int(config.strategy)));
   // Forward has no gamma/beta strategy: a forced one is meaningless and rejected (on every device).
   if (forward && config.strategy != Strategy::Auto)

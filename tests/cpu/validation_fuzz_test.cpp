@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "cpu_helpers.h"
 #include "normkit/normkit.h"
 
 namespace normkit::test {
@@ -812,31 +813,12 @@ void check_rejected(const Case& c, const Expect& ex, const Outcome& o,
   expect_unchanged(c, before, problems);
 }
 
-/// Half the relative spacing of each dtype (rounding once is within it) and half its smallest
-/// subnormal (the absolute rounding error near zero).
-double half_ulp(DType t) {
-  switch (t) {
-    case DType::F32: return std::ldexp(1.0, -24);
-    case DType::F16: return std::ldexp(1.0, -11);
-    case DType::BF16: return std::ldexp(1.0, -8);
-    case DType::F64: return std::ldexp(1.0, -53);
-  }
-  return 0;
-}
-double half_subnormal(DType t) {
-  switch (t) {
-    case DType::F32: return std::ldexp(1.0, -150);
-    case DType::F16: return std::ldexp(1.0, -25);
-    case DType::BF16: return std::ldexp(1.0, -134);
-    case DType::F64: return 0;
-  }
-  return 0;
-}
-
 /// actual must be `expected` (computed here in float64) rounded once to `t`; `scale` bounds the sum of
 /// magnitudes the value came from (float64 evaluation-order differences are ~1e-16 of it).
 void compare(Problems& problems, const std::string& what, double actual, double expected, double scale, DType t) {
-  const double bound = half_ulp(t) * std::fabs(expected) + 1e-12 * scale + half_subnormal(t);
+  // half an ulp (rounding once is within it) and half the smallest subnormal (the error near zero)
+  const double bound = std::ldexp(1.0, -significand_bits(t)) * std::fabs(expected) + 1e-12 * scale +
+                      half_min_subnormal(t);
   if (!(std::fabs(actual - expected) <= bound) && problems.size() < 8)
     problems.push_back(what + " = " + num(actual) + ", expected " + num(expected) + " (bound " + num(bound) + ")");
 }
