@@ -11,7 +11,7 @@ namespace {
 
 DeviceFacts cuda_device_facts() { no_cuda(); }
 bool cuda_device_present() { return false; }
-PointerKind classify_pointer(const void*) { return PointerKind::Unknown; }
+PointerClass classify_pointer(const void*) { return {}; }
 void cuda_forward(const ForwardProblem&, const Plan&, CUstream_st*) { no_cuda(); }
 void cuda_backward(const BackwardProblem&, const Plan&, void*, CUstream_st*) { no_cuda(); }
 void* cuda_alloc_async(std::size_t, CUstream_st*) { no_cuda(); }

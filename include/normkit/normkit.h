@@ -12,7 +12,8 @@
 // the offending argument. Outputs must not share a byte with an input or with each other (in-place
 // calls are rejected: some plans read an input after other blocks wrote outputs); views that only
 // interleave in one buffer, e.g. [x | y] in each row, are fine. Device calls run asynchronously on
-// ExecConfig::stream.
+// ExecConfig::stream, on the current CUDA device (cudaSetDevice): memory of another GPU is refused, as
+// PyTorch refuses tensors of two devices in one op.
 #pragma once
 
 #include <optional>

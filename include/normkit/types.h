@@ -103,7 +103,8 @@ struct ExecConfig {
   /// (a framework whose tensors carry their device, as normkit's PyTorch binding does). Validation
   /// then skips the one check that asks the CUDA runtime, cudaPointerGetAttributes on each
   /// pointer (up to 8 a call, twice for a backward that first asks its workspace size), which
-  /// turns a pageable host pointer given to a CUDA call into an error naming the argument. Every
+  /// turns a pageable host pointer, or memory of a GPU other than the current one, given to a CUDA
+  /// call into an error naming the argument. Every
   /// other check (dtypes, sizes, strides, null data, alignment) still runs. Leave it false unless
   /// the pointers' device is known: a host pointer would reach a kernel and fault.
   bool caller_checked_pointers = false;

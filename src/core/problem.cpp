@@ -210,11 +210,14 @@ class Validator {
       return;
     }
     if (pointers_ == PointerQuery::Skip) return;
-    const PointerKind kind = classify_pointer(data);
-    if (device_ == Device::Cpu && kind == PointerKind::Device)
+    const PointerClass where = classify_pointer(data);
+    if (device_ == Device::Cpu && (where.kind == PointerKind::Device || where.kind == PointerKind::OtherDevice))
       fail(name, "is a CUDA device pointer but the call runs on the CPU");
-    if (device_ == Device::Cuda && kind == PointerKind::Host)
+    if (device_ == Device::Cuda && where.kind == PointerKind::Host)
       fail(name, "is a pageable host pointer but the call runs on CUDA (use device, managed or registered memory)");
+    if (device_ == Device::Cuda && where.kind == PointerKind::OtherDevice)
+      fail(name, "is memory of CUDA device " + std::to_string(where.device) + " but the call runs on device " +
+                     std::to_string(where.current_device) + " (the current device: cudaSetDevice selects it)");
   }
 
   Op op_;

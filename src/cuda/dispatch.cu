@@ -87,17 +87,25 @@ bool cuda_device_present() {
   return present;
 }
 
-PointerKind classify_pointer(const void* ptr) {
-  if (ptr == nullptr || !cuda_device_present()) return PointerKind::Unknown;
+PointerClass classify_pointer(const void* ptr) {
+  if (ptr == nullptr || !cuda_device_present()) return {};
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
     (void)cudaGetLastError();
-    return PointerKind::Unknown;
+    return {};
   }
   switch (attributes.type) {
-    case cudaMemoryTypeDevice: return PointerKind::Device;
-    case cudaMemoryTypeUnregistered: return PointerKind::Host;
-    default: return PointerKind::Unknown;  // pinned host and managed memory are reachable from both
+    case cudaMemoryTypeDevice: {
+      int current = -1;
+      if (cudaGetDevice(&current) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return {PointerKind::Device, attributes.device};
+      }
+      return {attributes.device == current ? PointerKind::Device : PointerKind::OtherDevice, attributes.device,
+              current};
+    }
+    case cudaMemoryTypeUnregistered: return {PointerKind::Host};
+    default: return {};  // pinned host and managed memory are reachable from every device
   }
 }
 

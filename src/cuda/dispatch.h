@@ -11,9 +11,16 @@ namespace normkit::detail {
 DeviceFacts cuda_device_facts();
 bool cuda_device_present();
 
-/// Where a pointer lives, when the CUDA runtime can tell.
-enum class PointerKind { Unknown, Host, Device };
-PointerKind classify_pointer(const void* ptr);
+/// Where a pointer lives, when the CUDA runtime can tell. Device memory of another GPU than the current
+/// one (the device the call's kernels run on) is told apart: PyTorch refuses such tensors, and a kernel
+/// reading one faults or, with peer access enabled, silently crosses the interconnect.
+enum class PointerKind { Unknown, Host, Device, OtherDevice };
+struct PointerClass {
+  PointerKind kind = PointerKind::Unknown;
+  int device = -1;          // the GPU holding the memory (Device, OtherDevice)
+  int current_device = -1;  // the current GPU (OtherDevice)
+};
+PointerClass classify_pointer(const void* ptr);
 
 /// Launch the planned kernels on `stream`. Preconditions: validate(p, Device::Cuda) passed and
 /// `plan` came from plan(planner_problem(p), ...). `workspace` holds plan.workspace_bytes.
