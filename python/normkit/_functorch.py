@@ -9,10 +9,12 @@ autograd. vmap: a forward whose weight and bias are not batched folds the batch 
 normalization is row by row); otherwise, and for the backward ops (whose dweight / dbias must stay per
 batch entry, and whose optional outputs PyTorch's generic fallback cannot batch), one call per batch entry.
 """
+import math
+
 import torch
 
 from . import _C
-from ._ops import _DOUBLE_BACKWARD
+from ._ops import _DOUBLE_BACKWARD, _check_common, _raise_unless
 
 
 def _vmap_by_entry(fn, info, in_dims, args):
@@ -134,3 +136,27 @@ class RmsNorm(torch.autograd.Function):
     @staticmethod
     def vmap(info, in_dims, x, normalized_shape, weight, eps):
         return _vmap_forward(RmsNorm, info, in_dims, x, normalized_shape, (weight,), eps)
+
+
+def composite(op, x, normalized_shape, params, eps):
+    """The norm from differentiable ATen ops, as python/csrc/autograd.cpp's CompositeRows computes it (float32
+    terms for 16-bit x, the output cast to x's dtype), after the ops' own checks (same messages). For
+    torch.compile over a transform (functional.py's _compiling_under_transform): Dynamo hides the transform
+    from the ops' dispatch, so neither their C++ autograd nor the Functions above trace correctly there,
+    while these ATen ops do (as torch.nn.functional's norms); Inductor then generates the norm's kernels.
+    op: "layer_norm" or "rms_norm"; params: (("weight", w), ("bias", b)) as present for the op."""
+    k = _check_common(f"{op}_forward", x, normalized_shape, params, _raise_unless)
+    _raise_unless(math.isfinite(eps) and eps >= 0,
+                 lambda: f"normkit.{op}_forward: argument 'eps' is {eps}, expected a finite value >= 0")
+    axes = tuple(range(x.dim() - k, x.dim()))
+    narrow = x.dtype in (torch.float16, torch.bfloat16)
+    wide = (lambda t: t.float()) if narrow else (lambda t: t)  # noqa: E731
+    xf = wide(x)
+    centred = xf if op == "rms_norm" else xf - xf.mean(axes, keepdim=True)
+    y = centred * torch.rsqrt(centred.square().mean(axes, keepdim=True) + eps)
+    weight, bias = (dict(params).get(name) for name in ("weight", "bias"))
+    if weight is not None:
+        y = y * wide(weight)
+    if bias is not None:
+        y = y + wide(bias)
+    return y.to(x.dtype)

@@ -54,43 +54,52 @@ def backward_strategy(name: str):
 # fake kernels
 # ---------------------------------------------------------------------------------------------
 
-def _check_device(op, x, name, t):
+def _check_device(op, x, name, t, check=torch._check):
     """ops.cpp's check_tensor: every tensor of a call on x's device. The dispatcher runs these fake
     kernels whenever one argument is a meta tensor, so without this a meta weight next to a CPU x
     returned uninitialised memory instead of the error the CPU op gives."""
-    torch._check(t.device == x.device,
-                 lambda: f"normkit.{op}: argument '{name}' is on {t.device} but 'x' is on {x.device}")
+    check(t.device == x.device,
+          lambda: f"normkit.{op}: argument '{name}' is on {t.device} but 'x' is on {x.device}")
 
 
-def _check_common(op, x, normalized_shape, params):
-    torch._check(x.dtype in _SUPPORTED,
-                 lambda: f"normkit.{op}: argument 'x' has dtype {x.dtype}, expected float32, float16, bfloat16 or float64")
+def _raise_unless(condition, message):
+    """torch._check's contract as a plain raise, for checks that Dynamo traces (it refuses torch._check whose
+    message is a closure): _functorch.composite."""
+    if not condition:
+        raise RuntimeError(message())
+
+
+def _check_common(op, x, normalized_shape, params, check=torch._check):
+    """The forward ops' argument checks with ops.cpp's messages; returns len(normalized_shape). `check` is
+    torch._check in the fake kernels and _raise_unless where Dynamo traces them (_functorch.composite)."""
+    check(x.dtype in _SUPPORTED,
+          lambda: f"normkit.{op}: argument 'x' has dtype {x.dtype}, expected float32, float16, bfloat16 or float64")
     k = len(normalized_shape)
-    torch._check(k >= 1, lambda: f"normkit.{op}: argument 'normalized_shape' is empty, expected at least one dimension")
-    torch._check(x.dim() >= k,
-                 lambda: f"normkit.{op}: argument 'normalized_shape' {list(normalized_shape)} has {k} dimensions "
-                         f"but 'x' has only {x.dim()}")
+    check(k >= 1, lambda: f"normkit.{op}: argument 'normalized_shape' is empty, expected at least one dimension")
+    check(x.dim() >= k,
+          lambda: f"normkit.{op}: argument 'normalized_shape' {list(normalized_shape)} has {k} dimensions "
+                  f"but 'x' has only {x.dim()}")
     for i, size in enumerate(normalized_shape):
-        torch._check(x.shape[x.dim() - k + i] == size,
-                     lambda: f"normkit.{op}: argument 'normalized_shape' is {list(normalized_shape)}, expected the "
-                             f"trailing dimensions of 'x' (shape {list(x.shape)})")
+        check(x.shape[x.dim() - k + i] == size,
+              lambda: f"normkit.{op}: argument 'normalized_shape' is {list(normalized_shape)}, expected the "
+                      f"trailing dimensions of 'x' (shape {list(x.shape)})")
     owner = None  # the first parameter sets the dtype of the others (ops.cpp, check_params)
     for name, p in params:
         if p is None:
             continue
-        _check_device(op, x, name, p)
-        torch._check(p.dim() == k and all(a == b for a, b in zip(p.shape, normalized_shape)),
-                     lambda: f"normkit.{op}: argument '{name}' has shape {list(p.shape)}, expected normalized_shape "
-                             f"{list(normalized_shape)}")
+        _check_device(op, x, name, p, check)
+        check(p.dim() == k and all(a == b for a, b in zip(p.shape, normalized_shape)),
+              lambda: f"normkit.{op}: argument '{name}' has shape {list(p.shape)}, expected normalized_shape "
+                      f"{list(normalized_shape)}")
         if owner is None:
-            torch._check(p.dtype in (x.dtype, torch.float32),
-                         lambda: f"normkit.{op}: argument '{name}' has dtype {p.dtype}, expected {x.dtype} (the dtype "
-                                 f"of 'x')" + ("" if x.dtype == torch.float32 else " or torch.float32"))
+            check(p.dtype in (x.dtype, torch.float32),
+                  lambda: f"normkit.{op}: argument '{name}' has dtype {p.dtype}, expected {x.dtype} (the dtype "
+                          f"of 'x')" + ("" if x.dtype == torch.float32 else " or torch.float32"))
             owner = (name, p.dtype)
         else:
-            torch._check(p.dtype == owner[1],
-                         lambda: f"normkit.{op}: argument '{name}' has dtype {p.dtype}, expected {owner[1]} (the dtype "
-                                 f"of '{owner[0]}')")
+            check(p.dtype == owner[1],
+                  lambda: f"normkit.{op}: argument '{name}' has dtype {p.dtype}, expected {owner[1]} (the dtype "
+                          f"of '{owner[0]}')")
     return k
 
 

@@ -43,6 +43,17 @@ def _under_transform() -> bool:
     return any(level.key() != _FUNCTIONALIZE for level in torch._C._functorch.get_interpreter_stack())
 
 
+def _compiling_under_transform() -> bool:
+    """Whether torch.compile traces through a torch.func transform (compile(grad(f)), jacrev, vjp, vmap):
+    there _under_transform cannot see the transform's levels (get_interpreter_stack does not trace), but
+    peek_interpreter_stack does. The ops would meet their C++ autograd, which functorch refuses, and
+    _functorch.py's Functions gave wrong gradients (Dynamo inlines their forward on the transform's
+    tensors, docs/NOTES.md entry 87), so the norm is traced from ATen ops (_functorch.composite)."""
+    # (Dynamo wraps peek_interpreter_stack()'s answer as an object even when it is None, so that `is None` is
+    # always False while it traces; the answer's type is traced faithfully)
+    return _is_compiling() and type(_transform_running()) is not type(None)
+
+
 def layer_norm(input: Tensor, normalized_shape: _ShapeLike, weight: Optional[Tensor] = None,
                bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     """Like torch.nn.functional.layer_norm, on normkit's kernels.
@@ -50,8 +61,8 @@ def layer_norm(input: Tensor, normalized_shape: _ShapeLike, weight: Optional[Ten
     CUDA float32/float16/bfloat16 run normkit's kernels; CPU tensors and float64 run its float64
     reference. weight/bias may be float32 with float16/bfloat16 input (ATen requires equal dtypes);
     the output has the input's dtype. Differentiable twice through autograd (a create_graph backward
-    recomputes the forward with ATen ops), once under torch.func transforms (grad, vjp, jacrev, vmap).
-    """
+    recomputes the forward with ATen ops), once under torch.func transforms (grad, vjp, jacrev, vmap);
+    torch.compile over a transform traces it from ATen ops (_compiling_under_transform)."""
     shape, eps = _shape(normalized_shape), float(eps)
     if _eager(input, weight, bias):
         return _C._layer_norm(input, shape, weight, bias, eps)
@@ -60,6 +71,8 @@ def layer_norm(input: Tensor, normalized_shape: _ShapeLike, weight: Optional[Ten
                              (weight, bias))
     if _under_transform():
         return _functorch.LayerNorm.apply(input, shape, weight, bias, eps)[0]
+    if _compiling_under_transform():
+        return _functorch.composite("layer_norm", input, shape, (("weight", weight), ("bias", bias)), eps)
     return torch.ops.normkit.layer_norm_forward(input, shape, weight, bias, eps)[0]
 
 
@@ -75,4 +88,7 @@ def rms_norm(input: Tensor, normalized_shape: _ShapeLike, weight: Optional[Tenso
         return _dtensor.norm(lambda x, w: rms_norm(x, shape, w, eps), "rms_norm", input, shape, (weight,))
     if _under_transform():
         return _functorch.RmsNorm.apply(input, shape, weight, eps)[0]
+    if _compiling_under_transform():
+        eps = torch.finfo(torch.float64 if input.dtype == torch.float64 else torch.float32).eps if eps is None else eps
+        return _functorch.composite("rms_norm", input, shape, (("weight", weight),), eps)
     return torch.ops.normkit.rms_norm_forward(input, shape, weight, eps)[0]

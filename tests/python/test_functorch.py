@@ -114,15 +114,61 @@ def test_second_derivatives_raise(op):
         torch.func.jacfwd(lambda t: ours(t, w, b))(x[0, 0])
 
 
-@pytest.mark.xfail(strict=True, raises=Exception,
-                   reason="torch.compile over a torch.func transform: under Dynamo functional.py cannot see the "
-                          "transform and the ops reach their C++ autograd, which functorch refuses (docs/NOTES.md "
-                          "Open, python/README.md); F's norms compile there")
+_TRANSFORMS = {  # each maps a norm f(t, w, b) to a function of (x, w) that returns one tensor
+    "grad": lambda f, b: lambda x, w: torch.func.grad(lambda t: f(t, w, b).float().sin().sum())(x),
+    "vjp": lambda f, b: lambda x, w: torch.func.vjp(lambda t: f(t, w, b), x)[1](torch.ones_like(x))[0],
+    "jacrev_weight": lambda f, b: lambda x, w: torch.func.jacrev(lambda v: f(x, v, b).float().sum((0, 1)))(w),
+    "vmap_grad": lambda f, b: lambda x, w: torch.func.vmap(torch.func.grad(lambda t: f(t, w, b).float().sin().sum()))(x),
+    "vmap": lambda f, b: lambda x, w: torch.func.vmap(lambda t: f(t, w, b))(x),
+}
+
+
 @pytest.mark.parametrize("op", list(OPS))
-def test_compile_over_a_transform(op):
+@pytest.mark.parametrize("transform", list(_TRANSFORMS))
+@pytest.mark.parametrize("dtype, weight_dtype", [(torch.float64, torch.float64), (torch.float32, torch.float32),
+                                                 (torch.bfloat16, torch.float32), (torch.float16, torch.float16)])
+def test_compile_over_a_transform(op, transform, dtype, weight_dtype):
+    """torch.compile(torch.func.grad(f)) and the like: under Dynamo the transform is hidden from the ops'
+    dispatch, so functional.py traces the norm from ATen ops there (_functorch.composite); the result must
+    be eager normkit's under the same transform (16-bit: to the last bits) and torch's in float64."""
+    x, w, b = _inputs()
+    x, w, b = x.to(dtype), w.to(weight_dtype), b.to(weight_dtype)
+    ours, theirs = OPS[op]
+    eager = _TRANSFORMS[transform](ours, b)(x, w)
+    torch._dynamo.reset()
+    got = torch.compile(_TRANSFORMS[transform](ours, b), backend="aot_eager", fullgraph=True)(x, w)
+    wide = lambda t: t.double()  # noqa: E731
+    rms_eps = torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps  # normkit's default
+    reference = _TRANSFORMS[transform](lambda t, v, c: theirs(t, v, c) if op == "layer_norm" else
+                                       F.rms_norm(t, (8,), v, eps=rms_eps), wide(b))(wide(x), wide(w))
+    assert got.dtype == eager.dtype and got.shape == eager.shape
+    tight = dtype == torch.float64
+    torch.testing.assert_close(got, eager, rtol=1e-10 if tight else 2e-6, atol=1e-10 if tight else 2e-6)
+    loose = {torch.float64: 1e-10, torch.float32: 1e-5}.get(dtype, 1e-2)
+    torch.testing.assert_close(got.double(), reference, rtol=loose, atol=loose)
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_compile_over_a_transform_names_a_bad_argument(op):
+    """The ops' checks (their messages) run on the traced path too: a weight of the wrong shape is named."""
+    x, _, b = _inputs()
+    ours, _ = OPS[op]
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="argument 'weight' has shape \\[7\\], expected normalized_shape \\[8\\]"):
+        torch.compile(torch.func.grad(lambda t: ours(t, b[:7], b).sum()), backend="eager", fullgraph=True)(x)
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_compile_over_a_transform_is_twice_differentiable(op):
+    """The traced ATen form has every derivative: hessian (forward over reverse) and grad of grad compile,
+    where eager transforms raise (test_second_derivatives_raise)."""
     x, w, b = _inputs()
     ours, theirs = OPS[op]
-    expected = torch.func.grad(lambda t: theirs(t, w, b).sin().sum())(x)
+    row = x[0, 0]
     torch._dynamo.reset()
-    got = torch.compile(torch.func.grad(lambda t: ours(t, w, b).sin().sum()), backend="eager", fullgraph=True)(x)
-    _close(got, expected)
+    got = torch.compile(torch.func.hessian(lambda t: ours(t, w, b).sin().sum()), backend="aot_eager", fullgraph=True)(row)
+    _close(got, torch.func.hessian(lambda t: theirs(t, w, b).sin().sum())(row))
+    torch._dynamo.reset()
+    inner = lambda f: torch.func.grad(lambda t: f(t, w, b).sin().sum())  # noqa: E731
+    got = torch.compile(torch.func.grad(lambda t: inner(ours)(t).square().sum()), backend="aot_eager", fullgraph=True)(x)
+    _close(got, torch.func.grad(lambda t: inner(theirs)(t).square().sum())(x))
