@@ -147,7 +147,7 @@ def composite(op, x, normalized_shape, params, eps):
     op: "layer_norm" or "rms_norm"; params: (("weight", w), ("bias", b)) as present for the op."""
     k = _check_common(f"{op}_forward", x, normalized_shape, params, _raise_unless)
     _raise_unless(math.isfinite(eps) and eps >= 0,
-                 lambda: f"normkit.{op}_forward: argument 'eps' is {eps}, expected a finite value >= 0")
+                  lambda: f"normkit.{op}_forward: argument 'eps' is {eps}, expected a finite value >= 0")
     axes = tuple(range(x.dim() - k, x.dim()))
     narrow = x.dtype in (torch.float16, torch.bfloat16)
     wide = (lambda t: t.float()) if narrow else (lambda t: t)  # noqa: E731
