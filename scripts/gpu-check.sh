@@ -14,10 +14,9 @@
 # normkit-bench built elsewhere for sm_90, e.g. by scripts/prebuild.sh on a machine without a GPU:
 # the build stage is then skipped and the test binaries are run directly instead of through CTest,
 # which saves the device time of the build). GTEST_FILTER reaches the test binaries as usual:
-# GTEST_FILTER='-Huge.*2Pow31*' leaves out the M*N > 2^31 cases (Huge.MoreThan2Pow31Elements: 74 of the
-# GPU suite's 135 s on the H200 at cd78ebb, before it took the column kernels forced too; and
-# Huge.ShortAndWideRowsMoreThan2Pow31Elements, not yet timed), for re-runs after changes that cannot
-# touch 64-bit indexing; the summary then says that tests were filtered out.
+# GTEST_FILTER='-Huge.*2Pow31*' leaves out the M*N > 2^31 cases (on an H100 at aef7118:
+# Huge.MoreThan2Pow31Elements 77 s, Huge.ShortAndWideRowsMoreThan2Pow31Elements 74 s, the rest of the
+# GPU suite 110 s), for re-runs after changes that cannot touch 64-bit indexing; the summary then says that tests were filtered out.
 #
 # Stage `tables`: the same benchmark once per planner table, to A/B a threshold or launch shape
 # without a rebuild. PROBE_TABLES = "name:key=value,key=value;name2:..." ("name:" alone = the

@@ -244,32 +244,46 @@ __device__ __forceinline__ void walk_backward_rows(const BackwardParams<T, W>& p
 }
 
 /// walk_backward_rows (staged, with StagedRowViews) for rows finished one iteration late: head(r,
-/// active, x, dy, mean, rstd) for row it, then tail(...) with the same arguments for row it - 1, whose
-/// staged slots are still held (staged_row_walk_deferred). Split rows send their cluster sums in the
-/// head and receive them in the tail: the exchange overlaps the next row's head.
+/// active, x, dy, mean, rstd) for row it and tail(...) with the same arguments for row it - 1, whose
+/// staged slots are still held (staged_row_walk_deferred; kTailFirst: the order of the two). Split
+/// rows send their cluster sums in the head and receive them in the tail.
 /// The statistics are not staged (the planner leaves them out of the stages: plan_stages with stats
 /// = false) but loaded into registers one row ahead: the wide rows' three stages then take 192 KB,
 /// which leaves the SM's L1 the room for the weights they re-read per slot (docs/NOTES.md entry 28).
-template <bool kRms, int ITEMS, int VEC, typename T, typename W, typename Head, typename Tail>
+template <bool kRms, int ITEMS, int VEC, bool kTailFirst = false, typename T, typename W, typename Head, typename Tail>
 __device__ __forceinline__ void walk_backward_rows_deferred(const BackwardParams<T, W>& p, const RowGroup& g,
                                                             const RowWalk& walk, Head&& head, Tail&& tail) {
   StagedBackwardRows<kRms, ITEMS, VEC, true, T, W, false> rows(p, g, walk);
   const std::int64_t iterations = walk.iterations(p.rows, p.rows_per_block);
-  // Rows it - 1 (its tail follows head(it)), it, and it + 1 (loading while row it is worked on).
-  float previous[2] = {0.f, 0.f}, current[2] = {0.f, 0.f}, next[2];
-  rows.load_stats(0, next);
-  staged_row_walk_deferred(
-      iterations, p.stages, [&](std::int64_t, int s) { rows.copy(s); },
-      [&](std::int64_t it, int s) {
-        for (int k = 0; k < 2; ++k) {
-          previous[k] = current[k];
-          current[k] = next[k];
-        }
-        rows.load_stats(it + 1, next);
-        rows.visit(it, s, head, current);
-      },
-      // the last row's tail comes after the walk, with no head before it
-      [&](std::int64_t it, int s) { rows.visit(it, s, tail, it + 1 == iterations ? current : previous); });
+  if constexpr (kTailFirst) {
+    // Rows it - 1 (its tail comes first), then it; row it + 1's statistics load during head(it).
+    float current[2] = {0.f, 0.f}, next[2];
+    rows.load_stats(0, next);
+    staged_row_walk_deferred<true>(
+        iterations, p.stages, [&](std::int64_t, int s) { rows.copy(s); },
+        [&](std::int64_t it, int s) {
+          for (int k = 0; k < 2; ++k) current[k] = next[k];
+          rows.load_stats(it + 1, next);
+          rows.visit(it, s, head, current);
+        },
+        [&](std::int64_t it, int s) { rows.visit(it, s, tail, current); });
+  } else {
+    // Rows it - 1 (its tail follows head(it)), it, and it + 1 (loading while row it is worked on).
+    float previous[2] = {0.f, 0.f}, current[2] = {0.f, 0.f}, next[2];
+    rows.load_stats(0, next);
+    staged_row_walk_deferred(
+        iterations, p.stages, [&](std::int64_t, int s) { rows.copy(s); },
+        [&](std::int64_t it, int s) {
+          for (int k = 0; k < 2; ++k) {
+            previous[k] = current[k];
+            current[k] = next[k];
+          }
+          rows.load_stats(it + 1, next);
+          rows.visit(it, s, head, current);
+        },
+        // the last row's tail comes after the walk, with no head before it
+        [&](std::int64_t it, int s) { rows.visit(it, s, tail, it + 1 == iterations ? current : previous); });
+  }
 }
 
 /// dX of this block's rows with x and dy cached in registers (ITEMS > 0): the dX kernel's body, and

@@ -226,7 +226,11 @@ __global__ void __launch_bounds__(kFusedBlockThreads, kFusedBlocksPerSm)
   };
 
   if constexpr (kDeferred) {
-    walk_backward_rows_deferred<kRms, ITEMS, VEC>(
+    // fp32 weights on 16-bit rows keep their 32-byte weight slots in shared memory at the cost of the
+    // third stage (fused_wide_weights_in_smem): with two stages the head-first order leaves no copy in
+    // flight while a row is worked on (staged_row_walk_deferred), so those rows walk tail first.
+    constexpr bool kTailFirst = kWeightsInSmem && kWeightSlotBytes == 32;
+    walk_backward_rows_deferred<kRms, ITEMS, VEC, kTailFirst>(
         p, g, walk,
         [&](std::int64_t, bool, const auto& xv, const auto& dyv, float mean, float rstd) {
           float sums[2];

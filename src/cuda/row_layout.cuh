@@ -522,12 +522,15 @@ __device__ __forceinline__ void staged_row_walk(std::int64_t iterations, int dep
   cp_async_wait(0);
 }
 
-/// staged_row_walk for a walk that finishes each iteration one step late: head(it, stage) and then
+/// staged_row_walk for a walk that finishes each iteration one step late: head(it, stage) and
 /// tail(it - 1, stage of it - 1), so iteration it - 1's stage is held until its tail and iteration
 /// it + depth - 1 is copied into it after that; depth - 2 iterations are in flight while one is used
-/// (depth >= 2). For rows whose finish waits on other blocks (the cluster sums of a split row): the
-/// wait for one row overlaps the head of the next.
-template <typename Copy, typename Head, typename Tail>
+/// (depth >= 2). For rows whose finish waits on other blocks (the cluster sums of a split row).
+/// Head first (kTailFirst = false): the wait for one row's sums overlaps the head of the next; but
+/// the copy into the freed stage is issued only after both, and with two stages iteration it + 1
+/// waits for that copy at once. Tail first: tail(it - 1), the copy, then head(it): the copy overlaps
+/// head(it), and the wait for row it - 1's sums overlaps only the wait for row it's stage.
+template <bool kTailFirst = false, typename Copy, typename Head, typename Tail>
 __device__ __forceinline__ void staged_row_walk_deferred(std::int64_t iterations, int depth, Copy&& copy, Head&& head,
                                                          Tail&& tail) {
   for (int s = 0; s < depth - 1; ++s) {
@@ -537,10 +540,11 @@ __device__ __forceinline__ void staged_row_walk_deferred(std::int64_t iterations
   int use_stage = 0, previous_stage = depth - 1;  // the stage of it - 1 (unused before the first tail)
   for (std::int64_t it = 0; it < iterations; ++it) {
     cp_async_wait(depth - 2);  // depth - 1 + it groups committed: iteration it's has landed
-    head(it, use_stage);
+    if constexpr (!kTailFirst) head(it, use_stage);
     if (it > 0) tail(it - 1, previous_stage);
     if (it + depth - 1 < iterations) copy(it + depth - 1, previous_stage);
     cp_async_commit();
+    if constexpr (kTailFirst) head(it, use_stage);
     previous_stage = use_stage;
     use_stage = use_stage + 1 == depth ? 0 : use_stage + 1;
   }
