@@ -125,12 +125,14 @@ if has_stage python; then
   PYTEST_CXX=$(grep -oE "building with [^ ]+ instead" "$LOGS/pip.log" | head -1 | awk '{print $3}')
   [ -n "$PYTEST_CXX" ] && say "  pytest runs with CXX=$PYTEST_CXX (the compiler the build took; AOTInductor's too)"
   # Worker processes (pytest-xdist, installed there): a crash in one test is reported as that test's
-  # failure instead of ending the run.
+  # failure instead of ending the run. -v names each test as it ends: the log names a failure even where
+  # pytest's summary is lost (session 33 ran -q under a timeout and lost one that way: docs/NOTES.md entry 88).
   if [ -n "$PYTEST_CXX" ]; then
-    CXX=$PYTEST_CXX run_stage pytest python3 -m pytest -q -n 2 --timeout=900 tests/python
+    CXX=$PYTEST_CXX run_stage pytest python3 -m pytest -v -rfE -n 2 --timeout=900 tests/python
   else
-    run_stage pytest python3 -m pytest -q -n 2 --timeout=900 tests/python
+    run_stage pytest python3 -m pytest -v -rfE -n 2 --timeout=900 tests/python
   fi
+  grep -E "(FAILED|ERROR) " "$LOGS/pytest.log" | grep -v "^FAILED\|^ERROR" | sort -u | head -20 | sed 's/^/  /' | tee -a "$SUMMARY"
   tail -n 3 "$LOGS/pytest.log" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
 if has_stage pyprobe; then
