@@ -14,7 +14,7 @@ import math
 import torch
 
 from . import _C
-from ._ops import _DOUBLE_BACKWARD, _check_common, _raise_unless
+from ._ops import _DOUBLE_BACKWARD, _check_common, _raise_unless, _stats_dtype
 
 
 def _vmap_by_entry(fn, info, in_dims, args):
@@ -144,8 +144,11 @@ def composite(op, x, normalized_shape, params, eps):
     torch.compile over a transform (functional.py's _compiling_under_transform): Dynamo hides the transform
     from the ops' dispatch, so neither their C++ autograd nor the Functions above trace correctly there,
     while these ATen ops do (as torch.nn.functional's norms); Inductor then generates the norm's kernels.
-    op: "layer_norm" or "rms_norm"; params: (("weight", w), ("bias", b)) as present for the op."""
+    op: "layer_norm" or "rms_norm"; params: (("weight", w), ("bias", b)) as present for the op; eps None: the
+    ops' default, the epsilon of the precision they compute in (float64 rows: float64, else float32)."""
     k = _check_common(f"{op}_forward", x, normalized_shape, params, _raise_unless)
+    if eps is None:
+        eps = torch.finfo(_stats_dtype(x)).eps
     _raise_unless(math.isfinite(eps) and eps >= 0,
                   lambda: f"normkit.{op}_forward: argument 'eps' is {eps}, expected a finite value >= 0")
     axes = tuple(range(x.dim() - k, x.dim()))

@@ -89,6 +89,5 @@ def rms_norm(input: Tensor, normalized_shape: _ShapeLike, weight: Optional[Tenso
     if _under_transform():
         return _functorch.RmsNorm.apply(input, shape, weight, eps)[0]
     if _compiling_under_transform():
-        eps = torch.finfo(torch.float64 if input.dtype == torch.float64 else torch.float32).eps if eps is None else eps
         return _functorch.composite("rms_norm", input, shape, (("weight", weight),), eps)
     return torch.ops.normkit.rms_norm_forward(input, shape, weight, eps)[0]

@@ -173,3 +173,16 @@ def test_compile_over_a_transform_is_twice_differentiable(op):
     inner = lambda f: torch.func.grad(lambda t: f(t, w, b).sin().sum())  # noqa: E731
     got = torch.compile(torch.func.grad(lambda t: inner(ours)(t).square().sum()), backend="aot_eager", fullgraph=True)(x)
     _close(got, torch.func.grad(lambda t: inner(theirs)(t).square().sum())(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_compile_over_a_transform_keeps_the_default_eps(dtype):
+    """Rows whose mean square is near eps (1e-5 for layer_norm; rms_norm's default, the epsilon of float32
+    or float64) tell a wrong eps at once: compiled over vmap they must match eager normkit."""
+    x, w, b = (t.to(dtype) for t in _inputs())
+    for scale, f in ((1e-3, lambda t: normkit.layer_norm(t, (8,), w, b)),
+                     (1e-4 if dtype == torch.float32 else 1e-8, lambda t: normkit.rms_norm(t, (8,), w))):
+        small = x * scale
+        torch._dynamo.reset()
+        got = torch.compile(torch.func.vmap(f), backend="aot_eager", fullgraph=True)(small)
+        torch.testing.assert_close(got, f(small), rtol=1e-5, atol=1e-5)
