@@ -149,7 +149,9 @@ def composite(op, x, normalized_shape, params, eps):
     k = _check_common(f"{op}_forward", x, normalized_shape, params, _raise_unless)
     if eps is None:
         eps = torch.finfo(_stats_dtype(x)).eps
-    _raise_unless(math.isfinite(eps) and eps >= 0,
+    # comparisons rather than math.isfinite: under dynamic=True Dynamo traces eps as a symbolic float
+    # (a NaN fails eps >= 0)
+    _raise_unless(eps >= 0 and eps != math.inf,
                   lambda: f"normkit.{op}_forward: argument 'eps' is {eps}, expected a finite value >= 0")
     axes = tuple(range(x.dim() - k, x.dim()))
     narrow = x.dtype in (torch.float16, torch.bfloat16)

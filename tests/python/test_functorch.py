@@ -186,3 +186,19 @@ def test_compile_over_a_transform_keeps_the_default_eps(dtype):
         torch._dynamo.reset()
         got = torch.compile(torch.func.vmap(f), backend="aot_eager", fullgraph=True)(small)
         torch.testing.assert_close(got, f(small), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_compile_over_a_transform_with_eps_an_input(op):
+    """eps passed into the compiled function: with dynamic=True Dynamo traces it as a symbolic float, which the
+    composite's eps check must take (math.isfinite cannot); a bad eps is still named."""
+    x, w, b = _inputs()
+    norm = {"layer_norm": lambda t, eps: normkit.layer_norm(t, (8,), w, b, eps),
+            "rms_norm": lambda t, eps: normkit.rms_norm(t, (8,), w, eps)}[op]
+    fn = lambda t, eps: torch.func.vmap(lambda u: norm(u, eps))(t)  # noqa: E731
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="aot_eager", fullgraph=True, dynamic=True)
+    for eps in (1e-3, 0.5):
+        _close(compiled(x, eps), fn(x, eps))
+    with pytest.raises(Exception, match="argument 'eps' is -1.0, expected a finite value >= 0"):
+        compiled(x, -1.0)
