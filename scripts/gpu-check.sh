@@ -26,7 +26,9 @@
 # Stage `racecheck`: compute-sanitizer's shared-memory hazard check on the GPU tests that
 # RACECHECK_FILTER names (a gtest filter; default: three staged-row cases, where lanes read the
 # statistics their warp's first lane staged, docs/NOTES.md entry 48; 23 s of tests on the H200 at
-# 639a0ad). The whole suite takes far longer under the sanitizer than one device call allows.
+# 639a0ad); RACECHECK_FILTER='WideRows/*' checks the fused wide walk of fp32 weights (tail first, entry 89)
+# on few rows. The whole suite takes far longer under the sanitizer than one device call allows (one
+# every-strategy SplitRows case of 300 x 131072 did not finish in 280 s, entry 89).
 #
 # Stage `ab`: two builds of normkit-bench on the same cases, alternating base, new, base, new, ...
 # (AB_ROUNDS rounds, default 2) in this one call, then bench/compare_ab.py -> results/ab.md (each

@@ -401,6 +401,50 @@ INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                                          weights_at(with_weight_dtype(ln_spec("ln_M40_N131072_f16_w32_at16", 40, 131072, DT::F16), DT::F32), 4)),
                          spec_name);
 
+// ---- the fused wide walk of fp32 weights on 16-bit rows (tail first, NOTES entries 85, 88, 89), once ----
+// The walk that stages a row's x and dy behind the slots' 32-byte weights in shared memory, on as few rows
+// as give it two whole sweeps of its clusters and a partial third: small enough for compute-sanitizer's
+// racecheck (scripts/gpu-check.sh stage racecheck), which the every-strategy SplitRows cases of the same
+// walk outlast. The rows are counted from the plan of a tall problem (the clusters the device holds).
+
+class WideFusedFp32Weights : public testing::TestWithParam<Spec> {};
+
+TEST_P(WideFusedFp32Weights, TailFirstWalkMatchesTheReference) {
+  Spec spec = GetParam();
+  Problem tall;
+  tall.op = spec.rms ? Op::RmsNormBackward : Op::LayerNormBackward;
+  tall.rows = 1 << 14;
+  tall.cols = spec.N;
+  tall.dtype = spec.dtype;
+  tall.weight_dtype = spec.weight_dtype();
+  tall.mask = spec.full_mask();
+  tall.rows_vector_aligned = true;
+  const Plan tall_plan = plan(tall, current_device_facts(), Strategy::Fused);
+  ASSERT_GT(tall_plan.row.split, 1) << tall_plan.describe();
+  const std::int64_t walkers = tall_plan.row.blocks / tall_plan.row.split;
+  spec.M = 2 * walkers + walkers / 2 + 1;
+
+  const auto hc = make_host_case(spec);
+  const DeviceCase dc = upload_case(*hc, test_stream());
+  const BackwardOut out = gpu_backward(*hc, dc, spec.full_mask(), Strategy::Fused, test_stream());
+  ASSERT_TRUE(out.ran) << out.why_not;
+  // the walk under test: wide slots, staged, deferred sums, 32-byte weight slots, every cluster walking
+  EXPECT_EQ(out.plan.row.items, kFusedWideItems) << out.plan.describe();
+  EXPECT_GT(out.plan.row.stages, 0) << out.plan.describe();
+  EXPECT_TRUE(out.plan.deferred_sums) << out.plan.describe();
+  EXPECT_EQ(out.plan.row.vec * std::int64_t(dtype_size(spec.weight_dtype())), 32) << out.plan.describe();
+  EXPECT_EQ(out.plan.row.blocks / out.plan.row.split, walkers) << out.plan.describe();
+  expect_backward_matches(*hc, out, reference_backward(*hc));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    WideRows, WideFusedFp32Weights,
+    testing::Values(with_weight_dtype(ln_spec("ln_N131072_bf16_w32", 0, 131072, DT::BF16), DT::F32),
+                    with_weight_dtype(rms_spec("rms_N262144_f16_w32", 0, 262144, DT::F16), DT::F32),
+                    // 12 blocks' worth of slots over a cluster of 16 (padding slots), weights 16 bytes in
+                    weights_at(with_weight_dtype(rms_spec("rms_N196608_bf16_w32_at16", 0, 196608, DT::BF16), DT::F32), 4)),
+    spec_name);
+
 // ---- mixed precision: fp32 weight/bias/dweight/dbias with fp16/bf16 activations ----
 
 Spec f32_weight(Spec s) { return with_weight_dtype(std::move(s), DT::F32); }
