@@ -620,8 +620,17 @@ struct PlannerTable {
   /// max_nonportable_cluster_blocks). 0 or 1 = such rows are never fused (forcing fused on them
   /// throws). Measured in docs/NOTES.md entries 25 and 26.
   int fused_split_max = kMaxFusedSplitBlocks;
+  /// The most blocks a fused row cached kMaxFusedItems vectors a thread (the split walk that keeps its
+  /// row's terms in registers) is split over; longer rows take the wide layout (kFusedWideItems, terms
+  /// recomputed). Above kPortableClusterBlocks only where the device launches such clusters
+  /// (DeviceFacts::max_nonportable_cluster_blocks; elsewhere the portable size), and at most
+  /// fused_split_max; at least 2. Default: the portable size, as measured so far (rows of 65537..131072 16-bit /
+  /// 32769..65536 fp32 columns wide). Unmeasured on a GPU (docs/NOTES.md entry 90): 16 takes those rows
+  /// as 2-item blocks over clusters of up to 16 -- no recompute and fp32 weights kept in registers,
+  /// against 7 clusters of 16 at once on the H200 where the wide layout runs 15 of 8.
+  int fused_cached_split_max = 8;  // kPortableClusterBlocks (declared below)
   /// Fused rows split over a cluster take, from the blocks the row needs up to the largest cluster
-  /// of their layout (2-item blocks: the portable size; the wide layout: fused_split_max), the size
+  /// of their layout (2-item blocks: fused_cached_split_max; the wide layout: fused_split_max), the size
   /// of which the device holds the most clusters at once (DeviceFacts::cluster_sms), and of those
   /// the most blocks, each a smaller slice. The split walk costs about the same per row and block
   /// whatever the slice's width (its layout's lanes and items run either way), so its time follows

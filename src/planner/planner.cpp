@@ -347,19 +347,28 @@ struct FusedSplit {
   int items = 0;
 };
 
+/// The most blocks a row cached kMaxFusedItems vectors a thread splits over on `device`
+/// (PlannerTable::fused_cached_split_max): above the portable cluster only where the device launches
+/// larger clusters, and otherwise the portable size.
+int fused_cached_split_limit(const DeviceFacts& device, const PlannerTable& t) {
+  if (t.fused_cached_split_max <= kPortableClusterBlocks) return t.fused_cached_split_max;
+  return std::max(kPortableClusterBlocks, std::min(t.fused_cached_split_max, device.max_nonportable_cluster_blocks));
+}
+
 /// The fused backward holds its dgamma/dbeta accumulators in registers next to the cached row,
 /// kMaxFusedItems vectors per thread in a block of kFusedBlockThreads threads. Longer 16-byte
-/// vectorised rows are split over a cluster of such blocks, up to the portable cluster size; longer
-/// still, blocks of kFusedWideItems vectors per thread (recomputing the row's terms) over clusters of
-/// up to PlannerTable::fused_split_max (at most kMaxFusedSplitBlocks). `why` says why not, when not.
-FusedSplit fused_split(const Problem& p, const PlannerTable& t, std::string* why) {
+/// vectorised rows are split over a cluster of such blocks, up to `cached_split_limit` blocks
+/// (fused_cached_split_limit: the portable cluster size by default); longer still, blocks of
+/// kFusedWideItems vectors per thread (recomputing the row's terms) over clusters of up to
+/// PlannerTable::fused_split_max (at most kMaxFusedSplitBlocks). `why` says why not, when not.
+FusedSplit fused_split(const Problem& p, const PlannerTable& t, int cached_split_limit, std::string* why) {
   const int vec = vector_width(p);
   const std::int64_t vectors = ceil_div(std::max<std::int64_t>(p.cols, 1), vec);
   const std::int64_t capacity = std::int64_t(kFusedBlockThreads) * kMaxFusedItems;
   if (vectors <= capacity) return {1, 0};
   const int cap = vec > 1 ? std::min(t.fused_split_max, kMaxFusedSplitBlocks) : 1;
-  const int portable_cap = std::min(cap, kPortableClusterBlocks);
-  if (portable_cap >= 2 && vectors <= capacity * portable_cap) return {int(ceil_div(vectors, capacity)), kMaxFusedItems};
+  const int cached_cap = std::min(cap, cached_split_limit);
+  if (cached_cap >= 2 && vectors <= capacity * cached_cap) return {int(ceil_div(vectors, capacity)), kMaxFusedItems};
   const std::int64_t wide_capacity = std::int64_t(kFusedBlockThreads) * kFusedWideItems;
   if (cap >= 2 && vectors <= wide_capacity * cap) return {int(ceil_div(vectors, wide_capacity)), kFusedWideItems};
   if (why) {
@@ -382,9 +391,11 @@ FusedSplit fused_split(const Problem& p, const PlannerTable& t, std::string* why
 /// (fused_split).
 int fused_cluster_split(const FusedSplit& fs, const DeviceFacts& device, const PlannerTable& t) {
   if (!t.fused_split_most_clusters || fs.split < 2) return fs.split;
-  const int device_largest =
-      fs.items > kMaxFusedItems ? std::max(device.max_cluster_blocks, device.max_nonportable_cluster_blocks)
-                                : std::min(device.max_cluster_blocks, kPortableClusterBlocks);
+  const int launchable = std::max(device.max_cluster_blocks, device.max_nonportable_cluster_blocks);
+  const int cached_limit = fused_cached_split_limit(device, t);
+  const int device_largest = fs.items > kMaxFusedItems                ? launchable
+                             : cached_limit > kPortableClusterBlocks ? std::min(cached_limit, launchable)
+                                                                     : std::min(device.max_cluster_blocks, cached_limit);
   const int largest = std::min({t.fused_split_max, kMaxFusedSplitBlocks, device_largest});
   int best = fs.split, best_clusters = 0;
   for (int blocks = fs.split; blocks <= largest; ++blocks) {
@@ -395,7 +406,10 @@ int fused_cluster_split(const FusedSplit& fs, const DeviceFacts& device, const P
   return best;
 }
 
-bool fused_fits(const Problem& p, const PlannerTable& t, std::string* why) { return fused_split(p, t, why).split > 0; }
+// (whether a row fits does not depend on which layout takes it: the wide one holds twice the vectors)
+bool fused_fits(const Problem& p, const PlannerTable& t, std::string* why) {
+  return fused_split(p, t, t.fused_cached_split_max, why).split > 0;
+}
 
 /// Whether the device launches a cluster of `blocks` blocks: the portable sizes where it has clusters
 /// at all, larger ones up to DeviceFacts::max_nonportable_cluster_blocks (the kernel opts in).
@@ -512,7 +526,7 @@ std::int64_t fused_wide_weight_bytes(const Problem& p, const RowShape& s) {
 /// thread of its slice (one row group of kFusedBlockThreads threads per block; `blocks` is set by
 /// the caller).
 RowShape fused_row_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
-  const FusedSplit fs = fused_split(p, t, nullptr);
+  const FusedSplit fs = fused_split(p, t, fused_cached_split_limit(device, t), nullptr);
   if (fs.split >= 2) {
     RowShape s;
     s.vec = vector_width(p);
@@ -533,7 +547,7 @@ RowShape fused_row_shape(const Problem& p, const DeviceFacts& device, const Plan
 int fused_cluster_blocks(const Problem& p, const DeviceFacts& device, const PlannerTable& t, int rows_per_block) {
   const int cap = std::min(t.fused_cluster_max_blocks, device.max_cluster_blocks);
   if (!p.mask.any_gamma_beta() || cap < 2 || p.rows * p.cols > t.fused_cluster_max_elements ||
-      p.cols > t.fused_cluster_max_cols || fused_split(p, t, nullptr).split != 1)
+      p.cols > t.fused_cluster_max_cols || fused_split(p, t, fused_cached_split_limit(device, t), nullptr).split != 1)
     return 0;
   const std::int64_t blocks = std::min<std::int64_t>(cap, ceil_div(p.rows, std::max(1, rows_per_block)));
   return blocks >= 2 ? int(blocks) : 0;  // one block writes dgamma/dbeta directly anyway
@@ -599,7 +613,7 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const std::int64_t x_bytes = p.rows * row_bytes;
   const std::int64_t short_row_dx_min_bytes =
       is_rms(p.op) ? t.rms_fused_short_row_dx_min_bytes : t.fused_short_row_dx_min_bytes;
-  const FusedSplit fused_layout_split = fused_split(p, t, nullptr);
+  const FusedSplit fused_layout_split = fused_split(p, t, fused_cached_split_limit(device, t), nullptr);
   const int split = fused_layout_split.split;
   // Rows split over a cluster of 2-item blocks are fused with dX from a size of x at any M (fp32 has
   // its own key); the wide layout keeps the other rules.
@@ -1026,6 +1040,11 @@ const TableKey kTableKeys[] = {
     key<&Table::forward_split_wide_items_min_rows>("forward_split_wide_items_min_rows"),
     key<&Table::forward_split_wide_min_vectors>("forward_split_wide_min_vectors"),
     key<&Table::fused_split_max>("fused_split_max", largest_cluster_check),
+    // (at least 2: a row beyond the cached blocks' capacity then needs two wide blocks, the wide layout's
+    // smallest split; the wide kernel has no unsplit instance)
+    key<&Table::fused_cached_split_max>("fused_cached_split_max", [](long long v) {
+      return v < 2 ? std::string("must be at least 2") : largest_cluster_check(v);
+    }),
     key<&Table::fused_split_most_clusters>("fused_split_most_clusters"),
     key<&Table::fused_deferred_min_split>("fused_deferred_min_split"),
     key<&Table::fused_split_extra_stage_min_split>("fused_split_extra_stage_min_split"),

@@ -986,6 +986,73 @@ TEST(Planner, FusedSplitRowsTakeTheClusterSizeTheDeviceHoldsMostOf) {
   std::remove(path.c_str());
 }
 
+// PlannerTable::fused_cached_split_max: rows beyond a portable cluster of 2-item blocks stay 2-item
+// (their terms cached, fp32 weights in registers) over clusters up to the key, where the device launches
+// them; the wide layout past that. The default keeps the portable size.
+TEST(Planner, FusedCachedRowsSplitUpToTheKeysCluster) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  const Mask full{true, true, true};
+  EXPECT_EQ(PlannerTable{}.fused_cached_split_max, kPortableClusterBlocks);
+  PlannerTable wider;
+  wider.fused_cached_split_max = kMaxFusedSplitBlocks;
+  DeviceFacts portable_only = h200;
+  portable_only.max_nonportable_cluster_blocks = 0;
+  // N, type, blocks of 2 items the row needs
+  const struct { std::int64_t n; DType t; int needed; } cases[] = {
+      {131072, DType::BF16, 16}, {98304, DType::F16, 12}, {65544, DType::BF16, 9}, {65536, DType::F32, 16}, {40000, DType::F32, 10}};
+  for (const auto& c : cases) {
+    for (bool rms : {false, true}) {
+      for (DType w : {c.t, DType::F32}) {
+        Problem p = backward(4096, c.n, c.t, {true, true, !rms});
+        if (rms) p.op = Op::RmsNormBackward;
+        p.weight_dtype = w;
+        const std::string where = std::string(op_name(p.op)) + " " + dtype_name(c.t) + " weights " + dtype_name(w) +
+                                  " N = " + std::to_string(c.n);
+        const Plan builtin = normkit::plan(p, h200, Strategy::Fused);
+        EXPECT_EQ(builtin.row.items, kFusedWideItems) << where << ": " << builtin.describe();
+        const Plan cached = normkit::plan(p, h200, Strategy::Fused, wider);
+        const RowShape& r = cached.row;
+        EXPECT_EQ(r.items, kMaxFusedItems) << where << ": " << cached.describe();
+        EXPECT_EQ(r.threads_per_row, kFusedBlockThreads) << where;
+        // from the blocks the row needs up to 16, the size the H200 holds the most clusters of (9 of 9
+        // blocks, 7 of each of 10..16), of those the most blocks; slices on whole 128-byte lines, covering the row
+        EXPECT_EQ(r.split, c.needed == 9 ? 9 : kMaxFusedSplitBlocks) << where;
+        EXPECT_GE(std::int64_t(r.split) * r.slice_cols, c.n) << where;
+        EXPECT_EQ(r.slice_cols * std::int64_t(dtype_size(c.t)) % 128, 0) << where;
+        EXPECT_LE(std::int64_t(r.slice_cols), std::int64_t(kFusedBlockThreads) * kMaxFusedItems * r.vec) << where;
+        EXPECT_EQ(r.blocks, std::int64_t(h200.sm_count) / r.split * r.split) << where;
+        EXPECT_EQ(cached.partial_rows, h200.sm_count / r.split) << where;
+        // the 2-item walk: staged with its statistics, not deferred, three stages from
+        // fused_split_extra_stage_min_split blocks, no weights in shared memory
+        EXPECT_EQ(r.stages, 3) << where;
+        EXPECT_FALSE(cached.deferred_sums) << where;
+        EXPECT_EQ(r.smem_bytes, 3 * std::int64_t(kFusedBlockThreads) * (2 * kMaxFusedItems * 16 + 2 * 4)) << where;
+        // auto fuses it with dX (4096 rows: x above fused_split_min_bytes)
+        EXPECT_EQ(normkit::plan(p, h200, Strategy::Auto, wider).strategy, Strategy::Fused) << where;
+        // a device without clusters above the portable size keeps the wide layout
+        const Plan portable = normkit::plan(p, portable_only, Strategy::Fused, wider);
+        EXPECT_EQ(portable.row.items, kFusedWideItems) << where << ": " << portable.describe();
+        EXPECT_EQ(portable.describe(), normkit::plan(p, portable_only, Strategy::Fused).describe()) << where;
+      }
+    }
+  }
+  // rows a portable cluster of 2-item blocks holds plan as before; rows beyond 16 of them stay wide
+  for (std::int64_t n : {8200LL, 40960LL, 57344LL, 65536LL, 131080LL, 262144LL}) {
+    const Problem p = backward(4096, n, DType::BF16, full);
+    EXPECT_EQ(normkit::plan(p, h200, Strategy::Fused, wider).describe(), normkit::plan(p, h200, Strategy::Fused).describe())
+        << "N = " << n;
+  }
+  // the key is read, from 2 to 16
+  const std::string path = ::testing::TempDir() + "normkit_fused_cached_split_max.txt";
+  { std::ofstream(path) << "fused_cached_split_max = 16\n"; }
+  EXPECT_EQ(load_planner_table(path).fused_cached_split_max, 16);
+  for (const char* bad : {"1", "17"}) {
+    { std::ofstream(path) << "fused_cached_split_max = " << bad << "\n"; }
+    EXPECT_THROW(load_planner_table(path), Error) << bad;
+  }
+  std::remove(path.c_str());
+}
+
 TEST(Planner, RowShapesCoverTheRowWithinTheRegisterBudget) {
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
     for (std::int64_t n : {1LL, 2LL, 3LL, 7LL, 8LL, 64LL, 100LL, 512LL, 768LL, 1000LL, 1001LL, 1024LL, 1536LL, 2049LL,

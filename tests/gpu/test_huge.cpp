@@ -437,6 +437,45 @@ TEST_P(WideFusedFp32Weights, TailFirstWalkMatchesTheReference) {
   expect_backward_matches(*hc, out, reference_backward(*hc));
 }
 
+// ---- rows beyond a portable cluster of 2-item fused blocks, kept 2-item over clusters of up to 16 ----
+// PlannerTable::fused_cached_split_max = 16 (not the built-in table: a probe's, NOTES entry 90): the split
+// walk that caches its terms, over 9..16 ranks (the cluster sums add by lanes there), against the reference
+// and its own bits, full and gamma/beta-only masks and dX alone.
+
+class CachedSplitBeyondPortable : public testing::TestWithParam<Spec> {};
+
+TEST_P(CachedSplitBeyondPortable, FusedMatchesTheReferenceWithTheSameBits) {
+  const Spec& spec = GetParam();
+  PlannerTable cached16;
+  cached16.fused_cached_split_max = kMaxFusedSplitBlocks;
+  const auto hc = make_host_case(spec);
+  const DeviceCase dc = upload_case(*hc, test_stream());
+  const RefBackward ref = reference_backward(*hc);
+  for (const Mask mask : {spec.full_mask(), Mask{false, true, !spec.rms}, Mask{true, false, false}}) {
+    SCOPED_TRACE(mask_id(mask));
+    const auto run = [&] {
+      return gpu_backward(*hc, dc, mask, Strategy::Fused, test_stream(), WsMode::Explicit, &cached16);
+    };
+    const BackwardOut out = run();
+    ASSERT_TRUE(out.ran) << out.why_not;
+    EXPECT_EQ(out.plan.row.items, kMaxFusedItems) << out.plan.describe();
+    EXPECT_GT(out.plan.row.split, kPortableClusterBlocks) << out.plan.describe();
+    expect_backward_matches(*hc, out, ref);
+    expect_same_bits(out, run(), "second run");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    CachedSplit, CachedSplitBeyondPortable,
+    testing::Values(ln_spec("ln_M50_N131072_bf16", 50, 131072, DT::BF16),
+                    // 9 blocks' worth (the H200 takes a cluster of 9), fp32 weights kept in registers
+                    with_weight_dtype(rms_spec("rms_M37_N65544_f16_w32", 37, 65544, DT::F16), DT::F32),
+                    with_weight_dtype(ln_spec("ln_M33_N98304_bf16_w32", 33, 98304, DT::BF16), DT::F32),
+                    rms_spec("rms_M40_N65536_f32", 40, 65536, DT::F32),
+                    split_strided(ln_spec("ln_M21_N40960_f32_pad8_16_24", 21, 40960, DT::F32)),
+                    split_no_weight(rms_spec("rms_M30_N131072_bf16_noweight", 30, 131072, DT::BF16))),
+    spec_name);
+
 INSTANTIATE_TEST_SUITE_P(
     WideRows, WideFusedFp32Weights,
     testing::Values(with_weight_dtype(ln_spec("ln_N131072_bf16_w32", 0, 131072, DT::BF16), DT::F32),
