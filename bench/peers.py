@@ -14,7 +14,8 @@ fwd = forward. Shapes: the seed's 13 cases and the LLM shapes (bf16 and fp16, LN
 
 Timing (same for every peer): the call is captured 20 times into one CUDA graph (inputs rotate over
 buffer sets until they exceed 3x L2, at most 1024 sets, so that bandwidth is not served from cache), the graph is
-replayed once untimed, then 5 timed replays; the median replay / 20 is the kernel time (launch
+replayed untimed for at least --warm-ms (25 ms: the GPU's clocks are back up after the idle time of compiling
+and building inputs before each case), then 5 timed replays; the median replay / 20 is the kernel time (launch
 overhead excluded). Floors: bytes that must move (/work/shared/norm-math.md) over a device-to-device
 copy bandwidth measured in the same process.
 
@@ -114,8 +115,8 @@ def floor_bytes(op, family, m, n, e, ew):
 class Timer:
     # at most 1024 sets, as normkit-bench (--max-sets): at 64 the smallest seed cases (32 x 512 fp16: 4.2 MB
     # in 64 sets) were timed from L2 while normkit-bench and bench/streaming_ceiling.cu read them from DRAM
-    def __init__(self, calls, replays, l2_bytes, l2_factor=3.0, max_sets=1024):
-        self.calls, self.replays = calls, replays
+    def __init__(self, calls, replays, l2_bytes, l2_factor=3.0, max_sets=1024, warm_ms=25.0):
+        self.calls, self.replays, self.warm_ms = calls, replays, warm_ms
         self.l2_bytes, self.l2_factor, self.max_sets = l2_bytes, l2_factor, max_sets
 
     def sets_for(self, input_bytes):
@@ -144,8 +145,16 @@ class Timer:
         with torch.cuda.graph(graph):
             for i in range(calls):
                 fn(i % sets)
+        # Untimed replays for warm_ms: a case follows host-only work (torch.compile, input building) that
+        # leaves the GPU idle, and its clocks come back over milliseconds -- longer than the timed replays
+        # of a tiny case take (the peers run at b805800, after 71 s of pip on that host, timed every peer's
+        # smallest cases 0.2-1.4 us slower than a3f6163's run; docs/NOTES.md entry 89).
+        deadline = time.perf_counter() + self.warm_ms / 1000.0
         graph.replay()
         torch.cuda.synchronize()
+        while time.perf_counter() < deadline:
+            graph.replay()
+            torch.cuda.synchronize()
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = []
         for _ in range(self.replays):
@@ -317,7 +326,7 @@ def run(args):
     l2 = int(getattr(prop, "L2_cache_size", 0) or 60 * 1024 * 1024)
     bw, bw_bytes = copy_bandwidth()
     print(f"[peers] {prop.name}, L2 {l2 >> 20} MiB, copy bandwidth {bw / 1e12:.3f} TB/s", file=sys.stderr)
-    timer = Timer(args.calls, args.replays, l2)
+    timer = Timer(args.calls, args.replays, l2, warm_ms=args.warm_ms)
 
     have_normkit, normkit_note = False, ""
     try:
@@ -338,7 +347,7 @@ def run(args):
         cases = [smoke_case(c) for c in cases]
     meta = dict(tool="bench/peers.py", commit=args.commit or git_commit(), gpu=prop.name, l2_bytes=l2,
                 torch=torch.__version__, copy_bandwidth_GBps=bw / 1e9, copy_bytes=bw_bytes,
-                calls_per_graph=args.calls, replays=args.replays, compile=not args.quick,
+                calls_per_graph=args.calls, replays=args.replays, warm_ms=args.warm_ms, compile=not args.quick,
                 normkit=have_normkit, normkit_note=normkit_note, smoke=SMOKE, time_budget=args.time_budget)
     use_compile = not args.quick
     compile_spent = 0.0
@@ -457,7 +466,8 @@ def render(meta, results):
            f"- torch {meta['torch']}; torch.compile: {'yes' if meta['compile'] else 'no (--quick)'}"
            + (f" ({meta['compile_seconds']} s compiling)" if meta["compile"] else ""),
            f"- mode: graph replay — {meta['calls_per_graph']} calls captured per graph (rounded up to whole input "
-           f"rotations), median of {meta['replays']} replays; inputs rotate over buffer sets until > 3x L2",
+           f"rotations), median of {meta['replays']} replays after {meta.get('warm_ms', 0):g} ms of untimed ones; inputs "
+           f"rotate over buffer sets until > 3x L2",
            f"- copy bandwidth: {meta['copy_bandwidth_GBps'] / 1000:.3f} TB/s (torch copy_ of "
            f"{meta['copy_bytes'] / 1e9:.2f} GB, read + write, best of 10)",
            f"- normkit: {'torch.ops.normkit (strategy auto)' if meta['normkit'] else 'not measured: ' + meta['normkit_note']}",
@@ -509,6 +519,8 @@ def main():
     ap.add_argument("--liger-path", default=None, help="directory to put on sys.path for liger_kernel")
     ap.add_argument("--calls", type=int, default=20, help="calls captured per graph")
     ap.add_argument("--replays", type=int, default=5, help="timed replays (median)")
+    ap.add_argument("--warm-ms", type=float, default=25.0,
+                    help="untimed replays of each graph for at least this long before the timed ones")
     ap.add_argument("--commit", default=None)
     ap.add_argument("--time-budget", type=float, default=0.0,
                     help="seconds after which no new case starts (0: none); the rest are listed as not run")
