@@ -191,6 +191,18 @@ Spec rms_spec(std::string name, std::int64_t M, std::int64_t N, DType dtype) {
   return s;
 }
 
+Problem problem_of(const Spec& spec, Op op) {
+  Problem p;
+  p.op = op;
+  p.rows = spec.M;
+  p.cols = spec.N;
+  p.dtype = spec.dtype;
+  p.weight_dtype = spec.weight_dtype();
+  p.mask = spec.full_mask();
+  p.rows_vector_aligned = true;
+  return p;
+}
+
 std::uint64_t seed_of(const std::string& name) {
   std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
   for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;

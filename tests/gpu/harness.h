@@ -128,6 +128,9 @@ Spec ln_spec(std::string name, std::int64_t M, std::int64_t N, DType dtype);
 /// gtest's parameter name of a Spec case: its own name.
 inline std::string spec_name(const testing::TestParamInfo<Spec>& info) { return info.param.name; }
 Spec rms_spec(std::string name, std::int64_t M, std::int64_t N, DType dtype);
+/// The planner's view of `spec` for `op`: every output requested, rows 16-byte aligned (as the specs of
+/// the staged, short-row and split suites are).
+Problem problem_of(const Spec& spec, Op op);
 /// `s` with every matrix's rows padded by `pad` elements (multiples of 16 bytes keep rows aligned).
 inline Spec padded(Spec s, std::int64_t pad) {
   s.pad_x = s.pad_dy = s.pad_out = pad;

@@ -245,20 +245,6 @@ INSTANTIATE_TEST_SUITE_P(Eps, LargeEps,
 // ---- staged rows: cp.async through shared memory (RowShape::stages), with padded row strides,
 // a partial last iteration (M not a multiple of the rows a grid sweep covers) and undefined weight ----
 
-/// The planner's view of `spec` for `op`: every output requested, rows 16-byte aligned (as the specs of
-/// these suites are).
-Problem problem_of(const Spec& spec, Op op) {
-  Problem p;
-  p.op = op;
-  p.rows = spec.M;
-  p.cols = spec.N;
-  p.dtype = spec.dtype;
-  p.weight_dtype = spec.weight_dtype();
-  p.mask = spec.full_mask();
-  p.rows_vector_aligned = true;
-  return p;
-}
-
 class StagedRows : public testing::TestWithParam<Spec> {};
 
 TEST_P(StagedRows, ForwardAndBackwardMatchReference) {

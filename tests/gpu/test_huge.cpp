@@ -411,14 +411,8 @@ class WideFusedFp32Weights : public testing::TestWithParam<Spec> {};
 
 TEST_P(WideFusedFp32Weights, TailFirstWalkMatchesTheReference) {
   Spec spec = GetParam();
-  Problem tall;
-  tall.op = spec.rms ? Op::RmsNormBackward : Op::LayerNormBackward;
+  Problem tall = problem_of(spec, spec.rms ? Op::RmsNormBackward : Op::LayerNormBackward);
   tall.rows = 1 << 14;
-  tall.cols = spec.N;
-  tall.dtype = spec.dtype;
-  tall.weight_dtype = spec.weight_dtype();
-  tall.mask = spec.full_mask();
-  tall.rows_vector_aligned = true;
   const Plan tall_plan = plan(tall, current_device_facts(), Strategy::Fused);
   ASSERT_GT(tall_plan.row.split, 1) << tall_plan.describe();
   const std::int64_t walkers = tall_plan.row.blocks / tall_plan.row.split;
