@@ -255,35 +255,25 @@ __device__ __forceinline__ void walk_backward_rows_deferred(const BackwardParams
                                                             const RowWalk& walk, Head&& head, Tail&& tail) {
   StagedBackwardRows<kRms, ITEMS, VEC, true, T, W, false> rows(p, g, walk);
   const std::int64_t iterations = walk.iterations(p.rows, p.rows_per_block);
-  if constexpr (kTailFirst) {
-    // Rows it - 1 (its tail comes first), then it; row it + 1's statistics load during head(it).
-    float current[2] = {0.f, 0.f}, next[2];
-    rows.load_stats(0, next);
-    staged_row_walk_deferred<true>(
-        iterations, p.stages, [&](std::int64_t, int s) { rows.copy(s); },
-        [&](std::int64_t it, int s) {
-          for (int k = 0; k < 2; ++k) current[k] = next[k];
-          rows.load_stats(it + 1, next);
-          rows.visit(it, s, head, current);
-        },
-        [&](std::int64_t it, int s) { rows.visit(it, s, tail, current); });
-  } else {
-    // Rows it - 1 (its tail follows head(it)), it, and it + 1 (loading while row it is worked on).
-    float previous[2] = {0.f, 0.f}, current[2] = {0.f, 0.f}, next[2];
-    rows.load_stats(0, next);
-    staged_row_walk_deferred(
-        iterations, p.stages, [&](std::int64_t, int s) { rows.copy(s); },
-        [&](std::int64_t it, int s) {
-          for (int k = 0; k < 2; ++k) {
-            previous[k] = current[k];
-            current[k] = next[k];
-          }
-          rows.load_stats(it + 1, next);
-          rows.visit(it, s, head, current);
-        },
-        // the last row's tail comes after the walk, with no head before it
-        [&](std::int64_t it, int s) { rows.visit(it, s, tail, it + 1 == iterations ? current : previous); });
-  }
+  // Rows it - 1, it, and it + 1 (loading while row it is worked on). Head first, row it - 1's tail
+  // follows head(it) and takes `previous`; tail first, it comes before head(it) moves the statistics
+  // on, so `current` is still row it - 1's (`previous` is then unused).
+  float previous[2] = {0.f, 0.f}, current[2] = {0.f, 0.f}, next[2];
+  rows.load_stats(0, next);
+  staged_row_walk_deferred<kTailFirst>(
+      iterations, p.stages, [&](std::int64_t, int s) { rows.copy(s); },
+      [&](std::int64_t it, int s) {
+        for (int k = 0; k < 2; ++k) {
+          if constexpr (!kTailFirst) previous[k] = current[k];
+          current[k] = next[k];
+        }
+        rows.load_stats(it + 1, next);
+        rows.visit(it, s, head, current);
+      },
+      // the last row's tail comes after the walk, with no head before it
+      [&](std::int64_t it, int s) {
+        rows.visit(it, s, tail, kTailFirst || it + 1 == iterations ? current : previous);
+      });
 }
 
 /// dX of this block's rows with x and dy cached in registers (ITEMS > 0): the dX kernel's body, and
