@@ -391,11 +391,13 @@ FusedSplit fused_split(const Problem& p, const PlannerTable& t, int cached_split
 /// (fused_split).
 int fused_cluster_split(const FusedSplit& fs, const DeviceFacts& device, const PlannerTable& t) {
   if (!t.fused_split_most_clusters || fs.split < 2) return fs.split;
+  // (clusters above the portable size: wide rows always, 2-item rows where their key reaches them)
   const int launchable = std::max(device.max_cluster_blocks, device.max_nonportable_cluster_blocks);
   const int cached_limit = fused_cached_split_limit(device, t);
-  const int device_largest = fs.items > kMaxFusedItems                ? launchable
-                             : cached_limit > kPortableClusterBlocks ? std::min(cached_limit, launchable)
-                                                                     : std::min(device.max_cluster_blocks, cached_limit);
+  const int device_largest =
+      fs.items > kMaxFusedItems
+          ? launchable
+          : std::min(cached_limit, cached_limit > kPortableClusterBlocks ? launchable : device.max_cluster_blocks);
   const int largest = std::min({t.fused_split_max, kMaxFusedSplitBlocks, device_largest});
   int best = fs.split, best_clusters = 0;
   for (int blocks = fs.split; blocks <= largest; ++blocks) {
