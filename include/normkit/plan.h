@@ -623,12 +623,16 @@ struct PlannerTable {
   /// The most blocks a fused row cached kMaxFusedItems vectors a thread (the split walk that keeps its
   /// row's terms in registers) is split over; longer rows take the wide layout (kFusedWideItems, terms
   /// recomputed). Above kPortableClusterBlocks only where the device launches such clusters
-  /// (DeviceFacts::max_nonportable_cluster_blocks; elsewhere the portable size), and at most
-  /// fused_split_max; at least 2. Default: the portable size, as measured so far (rows of 65537..131072 16-bit /
-  /// 32769..65536 fp32 columns wide). Unmeasured on a GPU (docs/NOTES.md entry 90): 16 takes those rows
-  /// as 2-item blocks over clusters of up to 16 -- no recompute and fp32 weights kept in registers,
-  /// against 7 clusters of 16 at once on the H200 where the wide layout runs 15 of 8.
-  int fused_cached_split_max = 8;  // kPortableClusterBlocks (declared below)
+  /// (DeviceFacts::max_nonportable_cluster_blocks; elsewhere the portable size) and only for rows that
+  /// need fused_cached_split_min_beyond_portable blocks or more; at most fused_split_max; at least 2.
+  int fused_cached_split_max = kMaxFusedSplitBlocks;
+  /// Rows that need more 2-item blocks than the portable cluster holds (rows of 65537..131072 16-bit /
+  /// 32769..65536 fp32 columns) stay 2-item over a cluster above the portable size only from this many
+  /// blocks; fewer take the wide layout over clusters of half as many blocks, of which the device holds
+  /// twice as many at once. Measured (docs/NOTES.md entry 91, H100, graph, 2-item over 16 / 12 / 9-10
+  /// blocks against the wide layout over 8 / 6 / 5): rows that need 16 blocks (16-bit 131072, fp32 65536
+  /// columns) 0.90-0.98x; 12 blocks (98304 16-bit) 0.93-1.17x; 9-10 blocks 1.10-1.34x.
+  int fused_cached_split_min_beyond_portable = 16;
   /// Fused rows split over a cluster take, from the blocks the row needs up to the largest cluster
   /// of their layout (2-item blocks: fused_cached_split_max; the wide layout: fused_split_max), the size
   /// of which the device holds the most clusters at once (DeviceFacts::cluster_sms), and of those

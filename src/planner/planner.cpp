@@ -368,7 +368,12 @@ FusedSplit fused_split(const Problem& p, const PlannerTable& t, int cached_split
   if (vectors <= capacity) return {1, 0};
   const int cap = vec > 1 ? std::min(t.fused_split_max, kMaxFusedSplitBlocks) : 1;
   const int cached_cap = std::min(cap, cached_split_limit);
-  if (cached_cap >= 2 && vectors <= capacity * cached_cap) return {int(ceil_div(vectors, capacity)), kMaxFusedItems};
+  const std::int64_t cached_blocks = ceil_div(vectors, capacity);
+  // (beyond the portable cluster only rows that need fused_cached_split_min_beyond_portable blocks: the
+  // wide layout's clusters of half as many blocks are twice as many at once)
+  const bool cached_cluster_taken =
+      cached_blocks <= kPortableClusterBlocks || cached_blocks >= t.fused_cached_split_min_beyond_portable;
+  if (cached_cap >= 2 && cached_blocks <= cached_cap && cached_cluster_taken) return {int(cached_blocks), kMaxFusedItems};
   const std::int64_t wide_capacity = std::int64_t(kFusedBlockThreads) * kFusedWideItems;
   if (cap >= 2 && vectors <= wide_capacity * cap) return {int(ceil_div(vectors, wide_capacity)), kFusedWideItems};
   if (why) {
@@ -394,10 +399,11 @@ int fused_cluster_split(const FusedSplit& fs, const DeviceFacts& device, const P
   // (clusters above the portable size: wide rows always, 2-item rows where their key reaches them)
   const int launchable = std::max(device.max_cluster_blocks, device.max_nonportable_cluster_blocks);
   const int cached_limit = fused_cached_split_limit(device, t);
+  // (2-item rows go beyond the portable size only when they need it: fused_split)
   const int device_largest =
-      fs.items > kMaxFusedItems
-          ? launchable
-          : std::min(cached_limit, cached_limit > kPortableClusterBlocks ? launchable : device.max_cluster_blocks);
+      fs.items > kMaxFusedItems ? launchable
+      : fs.split > kPortableClusterBlocks ? std::min(cached_limit, launchable)
+                                          : std::min(cached_limit, device.max_cluster_blocks);
   const int largest = std::min({t.fused_split_max, kMaxFusedSplitBlocks, device_largest});
   int best = fs.split, best_clusters = 0;
   for (int blocks = fs.split; blocks <= largest; ++blocks) {
@@ -617,15 +623,20 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
       is_rms(p.op) ? t.rms_fused_short_row_dx_min_bytes : t.fused_short_row_dx_min_bytes;
   const FusedSplit fused_layout_split = fused_split(p, t, fused_cached_split_limit(device, t), nullptr);
   const int split = fused_layout_split.split;
-  // Rows split over a cluster of 2-item blocks are fused with dX from a size of x at any M (fp32 has
-  // its own key); the wide layout keeps the other rules.
+  // Rows longer than a portable cluster of 2-item blocks holds: the wide layout, or 2-item blocks over a
+  // larger cluster (fused_cached_split_min_beyond_portable). Their size rules are the wide layout's,
+  // whichever layout takes them (measured on the wide layout; docs/NOTES.md entries 59-60, 91).
+  const bool beyond_portable_rows =
+      split >= 2 && (fused_layout_split.items == kFusedWideItems || split > kPortableClusterBlocks);
+  // Rows split over a portable cluster of 2-item blocks are fused with dX from a size of x at any M
+  // (fp32 has its own key).
   const bool split_rows_by_bytes =
-      split >= 2 && fused_layout_split.items == kMaxFusedItems &&
+      split >= 2 && !beyond_portable_rows &&
       x_bytes >= (dtype_size(p.dtype) == 4 ? t.fp32_fused_split_min_bytes : t.fused_split_min_bytes);
-  // Rows of the wide layout (4-item blocks over clusters of up to 16), 16-bit: fused with dX from a
-  // size of x at any M, LayerNorm and RMSNorm each their own key.
+  // Rows beyond it, 16-bit: fused with dX from a size of x at any M, LayerNorm and RMSNorm each their
+  // own key.
   const bool wide_rows_by_bytes =
-      split >= 2 && fused_layout_split.items == kFusedWideItems && dtype_size(p.dtype) == 2 &&
+      beyond_portable_rows && dtype_size(p.dtype) == 2 &&
       x_bytes >= (is_rms(p.op) ? t.rms_fused_wide_min_bytes : t.fused_wide_min_bytes);
   // Fused with dX from a size of x: rows of fused_min_row_bytes (fp32: its own key) from fused_min_bytes;
   // LayerNorm mid-length rows only from ln_fused_mid_rows_min_bytes, unless the fused grid is one full
@@ -657,9 +668,9 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
     RowShape dx_rows = row_kernel_shape(p, device, t);
     return dx_rows.items == 0 && !split_rows(dx_rows, p, device, t);
   }();
-  // Rows of the fused kernel's wide layout that the dX kernel splits: unfused below
+  // Rows beyond a portable cluster that the dX kernel splits: unfused below
   // PlannerTable::fused_wide_min_element_bytes (2 since NOTES entry 59: fused for every element size).
-  const bool wide_unfused = !dx_streams && fused_layout_split.items == kFusedWideItems &&
+  const bool wide_unfused = !dx_streams && beyond_portable_rows &&
                             std::int64_t(dtype_size(p.dtype)) < t.fused_wide_min_element_bytes;
   if (t.fused_enabled && (fused_size || dx_streams) && fused_layout && fused_rows && !wide_unfused) return Strategy::Fused;
   // dX and tiled strips in one launch beat simple (dX + a second launch) on the few rows simple takes
@@ -910,6 +921,12 @@ std::string largest_cluster_check(long long v) {
                                         " (the largest cluster normkit launches)"
                                   : "";
 }
+// (fused_cached_split_max at least 2, since a row beyond the cached blocks' capacity then needs two wide
+// blocks, the wide layout's smallest split -- the wide kernel has no unsplit instance; its companion
+// fused_cached_split_min_beyond_portable takes the same range)
+std::string cached_split_check(long long v) {
+  return v < 2 ? std::string("must be at least 2") : largest_cluster_check(v);
+}
 template <auto M, int kMax>
 void write_items(PlannerTable& t, long long v) {  // vectors per thread: clamped to the kernels' instances
   write_member<M>(t, std::clamp<long long>(v, 1, kMax));
@@ -1042,11 +1059,8 @@ const TableKey kTableKeys[] = {
     key<&Table::forward_split_wide_items_min_rows>("forward_split_wide_items_min_rows"),
     key<&Table::forward_split_wide_min_vectors>("forward_split_wide_min_vectors"),
     key<&Table::fused_split_max>("fused_split_max", largest_cluster_check),
-    // (at least 2: a row beyond the cached blocks' capacity then needs two wide blocks, the wide layout's
-    // smallest split; the wide kernel has no unsplit instance)
-    key<&Table::fused_cached_split_max>("fused_cached_split_max", [](long long v) {
-      return v < 2 ? std::string("must be at least 2") : largest_cluster_check(v);
-    }),
+    key<&Table::fused_cached_split_max>("fused_cached_split_max", cached_split_check),
+    key<&Table::fused_cached_split_min_beyond_portable>("fused_cached_split_min_beyond_portable", cached_split_check),
     key<&Table::fused_split_most_clusters>("fused_split_most_clusters"),
     key<&Table::fused_deferred_min_split>("fused_deferred_min_split"),
     key<&Table::fused_split_extra_stage_min_split>("fused_split_extra_stage_min_split"),

@@ -656,10 +656,12 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
     }
   }
   // rows longer than a portable cluster of 2-item blocks: 4-item blocks, clusters above the portable
-  // size where needed (the device opts in); a device without such clusters does not fuse them
+  // size where needed (the device opts in); a device without such clusters does not fuse them. (Rows
+  // that need 16 2-item blocks, 131072 16-bit / 65536 fp32 columns, stay 2-item over a cluster of 16:
+  // FusedCachedRowsSplitUpToTheKeysCluster.)
   const struct { std::int64_t n; DType t; int split; int slice; } wide[] = {
-      {65544, DType::BF16, 5, 13120}, {131072, DType::BF16, 8, 16384}, {262144, DType::BF16, 16, 16384},
-      {65536, DType::F32, 8, 8192},   {131072, DType::F32, 16, 8192}};
+      {65544, DType::BF16, 5, 13120}, {98304, DType::BF16, 6, 16384}, {262144, DType::BF16, 16, 16384},
+      {40960, DType::F32, 5, 8192},   {131072, DType::F32, 16, 8192}};
   for (const auto& c : wide) {
     const Problem p = backward(4096, c.n, c.t, full);
     const std::string where = std::string(dtype_name(c.t)) + " N = " + std::to_string(c.n);
@@ -986,20 +988,25 @@ TEST(Planner, FusedSplitRowsTakeTheClusterSizeTheDeviceHoldsMostOf) {
   std::remove(path.c_str());
 }
 
-// PlannerTable::fused_cached_split_max: rows beyond a portable cluster of 2-item blocks stay 2-item
-// (their terms cached, fp32 weights in registers) over clusters up to the key, where the device launches
-// them; the wide layout past that. The default keeps the portable size.
+// PlannerTable::fused_cached_split_max / fused_cached_split_min_beyond_portable: rows beyond a portable
+// cluster of 2-item blocks stay 2-item (their terms cached, fp32 weights in registers) over clusters up to
+// the first key, where the device launches them and the row needs at least the second key's blocks; the
+// wide layout otherwise. Built in: only rows that need 16 blocks (docs/NOTES.md entry 91).
 TEST(Planner, FusedCachedRowsSplitUpToTheKeysCluster) {
   const DeviceFacts h200 = DeviceFacts::h200();
   const Mask full{true, true, true};
-  EXPECT_EQ(PlannerTable{}.fused_cached_split_max, kPortableClusterBlocks);
-  PlannerTable wider;
-  wider.fused_cached_split_max = kMaxFusedSplitBlocks;
+  EXPECT_EQ(PlannerTable{}.fused_cached_split_max, kMaxFusedSplitBlocks);
+  EXPECT_EQ(PlannerTable{}.fused_cached_split_min_beyond_portable, kMaxFusedSplitBlocks);
+  PlannerTable every_beyond;  // every row beyond the portable cluster stays 2-item
+  every_beyond.fused_cached_split_min_beyond_portable = kPortableClusterBlocks + 1;
+  PlannerTable portable_cached;  // the portable size at most: the wide layout beyond it
+  portable_cached.fused_cached_split_max = kPortableClusterBlocks;
   DeviceFacts portable_only = h200;
   portable_only.max_nonportable_cluster_blocks = 0;
   // N, type, blocks of 2 items the row needs
   const struct { std::int64_t n; DType t; int needed; } cases[] = {
-      {131072, DType::BF16, 16}, {98304, DType::F16, 12}, {65544, DType::BF16, 9}, {65536, DType::F32, 16}, {40000, DType::F32, 10}};
+      {131072, DType::BF16, 16}, {122888, DType::F16, 16}, {98304, DType::F16, 12},
+      {65544, DType::BF16, 9},   {65536, DType::F32, 16},  {40000, DType::F32, 10}};
   for (const auto& c : cases) {
     for (bool rms : {false, true}) {
       for (DType w : {c.t, DType::F32}) {
@@ -1008,9 +1015,12 @@ TEST(Planner, FusedCachedRowsSplitUpToTheKeysCluster) {
         p.weight_dtype = w;
         const std::string where = std::string(op_name(p.op)) + " " + dtype_name(c.t) + " weights " + dtype_name(w) +
                                   " N = " + std::to_string(c.n);
+        const Plan wide = normkit::plan(p, h200, Strategy::Fused, portable_cached);
+        EXPECT_EQ(wide.row.items, kFusedWideItems) << where << ": " << wide.describe();
         const Plan builtin = normkit::plan(p, h200, Strategy::Fused);
-        EXPECT_EQ(builtin.row.items, kFusedWideItems) << where << ": " << builtin.describe();
-        const Plan cached = normkit::plan(p, h200, Strategy::Fused, wider);
+        if (c.needed < kMaxFusedSplitBlocks) EXPECT_EQ(builtin.describe(), wide.describe()) << where;
+        const Plan cached = normkit::plan(p, h200, Strategy::Fused, every_beyond);
+        if (c.needed == kMaxFusedSplitBlocks) EXPECT_EQ(builtin.describe(), cached.describe()) << where;
         const RowShape& r = cached.row;
         EXPECT_EQ(r.items, kMaxFusedItems) << where << ": " << cached.describe();
         EXPECT_EQ(r.threads_per_row, kFusedBlockThreads) << where;
@@ -1028,27 +1038,37 @@ TEST(Planner, FusedCachedRowsSplitUpToTheKeysCluster) {
         EXPECT_FALSE(cached.deferred_sums) << where;
         EXPECT_EQ(r.smem_bytes, 3 * std::int64_t(kFusedBlockThreads) * (2 * kMaxFusedItems * 16 + 2 * 4)) << where;
         // auto fuses it with dX (4096 rows: x above fused_split_min_bytes)
-        EXPECT_EQ(normkit::plan(p, h200, Strategy::Auto, wider).strategy, Strategy::Fused) << where;
+        EXPECT_EQ(normkit::plan(p, h200, Strategy::Auto, every_beyond).strategy, Strategy::Fused) << where;
         // a device without clusters above the portable size keeps the wide layout
-        const Plan portable = normkit::plan(p, portable_only, Strategy::Fused, wider);
+        const Plan portable = normkit::plan(p, portable_only, Strategy::Fused, every_beyond);
         EXPECT_EQ(portable.row.items, kFusedWideItems) << where << ": " << portable.describe();
         EXPECT_EQ(portable.describe(), normkit::plan(p, portable_only, Strategy::Fused).describe()) << where;
+        EXPECT_EQ(portable.describe(), normkit::plan(p, portable_only, Strategy::Fused, portable_cached).describe())
+            << where;
       }
     }
   }
-  // rows a portable cluster of 2-item blocks holds plan as before; rows beyond 16 of them stay wide
+  // rows a portable cluster of 2-item blocks holds take no cluster above it, whatever the keys; rows beyond
+  // 16 of them stay wide
   for (std::int64_t n : {8200LL, 40960LL, 57344LL, 65536LL, 131080LL, 262144LL}) {
     const Problem p = backward(4096, n, DType::BF16, full);
-    EXPECT_EQ(normkit::plan(p, h200, Strategy::Fused, wider).describe(), normkit::plan(p, h200, Strategy::Fused).describe())
-        << "N = " << n;
+    const std::string portable_plan = normkit::plan(p, h200, Strategy::Fused, portable_cached).describe();
+    EXPECT_EQ(normkit::plan(p, h200, Strategy::Fused).describe(), portable_plan) << "N = " << n;
+    EXPECT_EQ(normkit::plan(p, h200, Strategy::Fused, every_beyond).describe(), portable_plan) << "N = " << n;
   }
-  // the key is read, from 2 to 16
+  // the keys are read, from 2 to 16
   const std::string path = ::testing::TempDir() + "normkit_fused_cached_split_max.txt";
-  { std::ofstream(path) << "fused_cached_split_max = 16\n"; }
-  EXPECT_EQ(load_planner_table(path).fused_cached_split_max, 16);
-  for (const char* bad : {"1", "17"}) {
-    { std::ofstream(path) << "fused_cached_split_max = " << bad << "\n"; }
-    EXPECT_THROW(load_planner_table(path), Error) << bad;
+  for (const char* key : {"fused_cached_split_max", "fused_cached_split_min_beyond_portable"}) {
+    { std::ofstream(path) << key << " = 9\n"; }
+    const PlannerTable read = load_planner_table(path);
+    EXPECT_EQ(std::string(key) == "fused_cached_split_max" ? read.fused_cached_split_max
+                                                           : read.fused_cached_split_min_beyond_portable,
+              9)
+        << key;
+    for (const char* bad : {"1", "17"}) {
+      { std::ofstream(path) << key << " = " << bad << "\n"; }
+      EXPECT_THROW(load_planner_table(path), Error) << key << " = " << bad;
+    }
   }
   std::remove(path.c_str());
 }

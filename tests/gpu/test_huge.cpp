@@ -345,9 +345,10 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
 
 // Blocks per row (16-bit: 1024 vectors of 8 per block): 65536 -> 8, 57352 -> 8 with a short last
 // slice, 16384 -> 2, 12296 -> 2 with unequal slices; fp32 (1024 vectors of 4): 32768 -> 8, 20000 -> 5.
-// The fused kernel's wide rows (2048 vectors per block): 262144 16-bit and 131072 fp32 -> 16, 131072
-// 16-bit -> 8, 65544 -> 5 with a short last slice (LayerNorm bf16, RMSNorm fp16); the dX kernel splits these over blocks of 512
-// threads (2048 vectors each, the same counts). The forward splits the rows of 8192 vectors or more (65536 16-bit / 32768 fp32 ->
+// The fused kernel's wide rows (2048 vectors per block): 262144 16-bit and 131072 fp32 -> 16, 98304
+// 16-bit -> 6, 65544 -> 5 with a short last slice (LayerNorm bf16, RMSNorm fp16); rows that need 16 2-item
+// blocks (131072 16-bit, 65536 fp32) stay 2-item over a cluster of 16 (NOTES entry 91); the dX kernel
+// splits these over blocks of 512 threads (2048 vectors each: 131072 16-bit -> 8). The forward splits the rows of 8192 vectors or more (65536 16-bit / 32768 fp32 ->
 // 8 blocks of 256 threads; wider: blocks of 512 threads, 65544 -> 5 with a short last slice, 131072
 // 16-bit -> 8, 262144 -> 16; from 128 rows 262144 -> 8 blocks of 8 vectors a thread, NOTES entry 60),
 // strided and with fp32 weights too, and streams the others.
@@ -370,7 +371,7 @@ INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                                          split_bias_only(ln_spec("ln_M90_N57352_bf16", 90, 57352, DT::BF16)),
                                          split_weight_only(ln_spec("ln_M90_N24576_f16", 90, 24576, DT::F16)),
                                          // fused wide rows (kFusedWideItems per thread): 16 blocks a row
-                                         // (non-portable clusters) and 8
+                                         // (non-portable clusters); 2-item rows over 16 without a weight
                                          ln_spec("ln_M40_N262144_bf16", 40, 262144, DT::BF16),
                                          rms_spec("rms_M40_N131072_f32", 40, 131072, DT::F32),
                                          split_no_weight(ln_spec("ln_M70_N131072_f16_noweight", 70, 131072, DT::F16)),
@@ -398,7 +399,7 @@ INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                                          weights_at(with_weight_dtype(ln_spec("ln_M100_N65536_f16_w32_at16", 100, 65536, DT::F16), DT::F32), 4),
                                          // the wide rows' fp32 weights, staged in shared memory as two 16-byte
                                          // chunks a slot (NOTES entry 85), from a 16-byte offset
-                                         weights_at(with_weight_dtype(ln_spec("ln_M40_N131072_f16_w32_at16", 40, 131072, DT::F16), DT::F32), 4)),
+                                         weights_at(with_weight_dtype(ln_spec("ln_M40_N98304_f16_w32_at16", 40, 98304, DT::F16), DT::F32), 4)),
                          spec_name);
 
 // ---- the fused wide walk of fp32 weights on 16-bit rows (tail first, NOTES entries 85, 88, 89), once ----
@@ -432,9 +433,10 @@ TEST_P(WideFusedFp32Weights, TailFirstWalkMatchesTheReference) {
 }
 
 // ---- rows beyond a portable cluster of 2-item fused blocks, kept 2-item over clusters of up to 16 ----
-// PlannerTable::fused_cached_split_max = 16 (not the built-in table: a probe's, NOTES entry 90): the split
-// walk that caches its terms, over 9..16 ranks (the cluster sums add by lanes there), against the reference
-// and its own bits, full and gamma/beta-only masks and dX alone.
+// Every row beyond the portable cluster kept 2-item (fused_cached_split_min_beyond_portable = 9; the built-in
+// table keeps only rows that need 16 blocks, NOTES entry 91): the split walk that caches its terms, over
+// 9..16 ranks (the cluster sums add by lanes there), against the reference and its own bits, full and
+// gamma/beta-only masks and dX alone.
 
 class CachedSplitBeyondPortable : public testing::TestWithParam<Spec> {};
 
@@ -442,6 +444,7 @@ TEST_P(CachedSplitBeyondPortable, FusedMatchesTheReferenceWithTheSameBits) {
   const Spec& spec = GetParam();
   PlannerTable cached16;
   cached16.fused_cached_split_max = kMaxFusedSplitBlocks;
+  cached16.fused_cached_split_min_beyond_portable = kPortableClusterBlocks + 1;
   const auto hc = make_host_case(spec);
   const DeviceCase dc = upload_case(*hc, test_stream());
   const RefBackward ref = reference_backward(*hc);
@@ -472,7 +475,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 INSTANTIATE_TEST_SUITE_P(
     WideRows, WideFusedFp32Weights,
-    testing::Values(with_weight_dtype(ln_spec("ln_N131072_bf16_w32", 0, 131072, DT::BF16), DT::F32),
+    testing::Values(with_weight_dtype(ln_spec("ln_N98304_bf16_w32", 0, 98304, DT::BF16), DT::F32),
                     with_weight_dtype(rms_spec("rms_N262144_f16_w32", 0, 262144, DT::F16), DT::F32),
                     // 12 blocks' worth of slots over a cluster of 16 (padding slots), weights 16 bytes in
                     weights_at(with_weight_dtype(rms_spec("rms_N196608_bf16_w32_at16", 0, 196608, DT::BF16), DT::F32), 4)),
