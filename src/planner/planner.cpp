@@ -358,9 +358,10 @@ int fused_cached_split_limit(const DeviceFacts& device, const PlannerTable& t) {
 /// The fused backward holds its dgamma/dbeta accumulators in registers next to the cached row,
 /// kMaxFusedItems vectors per thread in a block of kFusedBlockThreads threads. Longer 16-byte
 /// vectorised rows are split over a cluster of such blocks, up to `cached_split_limit` blocks
-/// (fused_cached_split_limit: the portable cluster size by default); longer still, blocks of
-/// kFusedWideItems vectors per thread (recomputing the row's terms) over clusters of up to
-/// PlannerTable::fused_split_max (at most kMaxFusedSplitBlocks). `why` says why not, when not.
+/// (fused_cached_split_limit), beyond the portable cluster only from
+/// PlannerTable::fused_cached_split_min_beyond_portable blocks; the others, blocks of kFusedWideItems
+/// vectors per thread (recomputing the row's terms) over clusters of up to PlannerTable::fused_split_max
+/// (at most kMaxFusedSplitBlocks). `why` says why not, when not.
 FusedSplit fused_split(const Problem& p, const PlannerTable& t, int cached_split_limit, std::string* why) {
   const int vec = vector_width(p);
   const std::int64_t vectors = ceil_div(std::max<std::int64_t>(p.cols, 1), vec);
@@ -369,8 +370,8 @@ FusedSplit fused_split(const Problem& p, const PlannerTable& t, int cached_split
   const int cap = vec > 1 ? std::min(t.fused_split_max, kMaxFusedSplitBlocks) : 1;
   const int cached_cap = std::min(cap, cached_split_limit);
   const std::int64_t cached_blocks = ceil_div(vectors, capacity);
-  // (beyond the portable cluster only rows that need fused_cached_split_min_beyond_portable blocks: the
-  // wide layout's clusters of half as many blocks are twice as many at once)
+  // (beyond the portable cluster only rows that need fused_cached_split_min_beyond_portable blocks: for
+  // fewer, the wide layout's clusters of half as many blocks, twice as many of them at once, win)
   const bool cached_cluster_taken =
       cached_blocks <= kPortableClusterBlocks || cached_blocks >= t.fused_cached_split_min_beyond_portable;
   if (cached_cap >= 2 && cached_blocks <= cached_cap && cached_cluster_taken) return {int(cached_blocks), kMaxFusedItems};
@@ -396,10 +397,10 @@ FusedSplit fused_split(const Problem& p, const PlannerTable& t, int cached_split
 /// (fused_split).
 int fused_cluster_split(const FusedSplit& fs, const DeviceFacts& device, const PlannerTable& t) {
   if (!t.fused_split_most_clusters || fs.split < 2) return fs.split;
-  // (clusters above the portable size: wide rows always, 2-item rows where their key reaches them)
+  // (clusters above the portable size: wide rows always, 2-item rows only when they need more blocks
+  // than the portable size, which fused_split allows up to their key)
   const int launchable = std::max(device.max_cluster_blocks, device.max_nonportable_cluster_blocks);
   const int cached_limit = fused_cached_split_limit(device, t);
-  // (2-item rows go beyond the portable size only when they need it: fused_split)
   const int device_largest =
       fs.items > kMaxFusedItems ? launchable
       : fs.split > kPortableClusterBlocks ? std::min(cached_limit, launchable)
