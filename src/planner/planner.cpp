@@ -624,20 +624,17 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
       is_rms(p.op) ? t.rms_fused_short_row_dx_min_bytes : t.fused_short_row_dx_min_bytes;
   const FusedSplit fused_layout_split = fused_split(p, t, fused_cached_split_limit(device, t), nullptr);
   const int split = fused_layout_split.split;
-  // Rows longer than a portable cluster of 2-item blocks holds: the wide layout, or 2-item blocks over a
-  // larger cluster (fused_cached_split_min_beyond_portable). Their size rules are the wide layout's,
-  // whichever layout takes them (measured on the wide layout; docs/NOTES.md entries 59-60, 91).
-  const bool beyond_portable_rows =
-      split >= 2 && (fused_layout_split.items == kFusedWideItems || split > kPortableClusterBlocks);
-  // Rows split over a portable cluster of 2-item blocks are fused with dX from a size of x at any M
-  // (fp32 has its own key).
+  // Rows split over a cluster of 2-item blocks are fused with dX from a size of x at any M (fp32 has
+  // its own key), over clusters above the portable size too (H100, bf16, 131072 columns over 16
+  // blocks, docs/NOTES.md entry 91: fused 0.78-0.94x tiled from 128 rows (32 MiB), 1.2x at 64 LayerNorm
+  // rows); the wide layout keeps the other rules.
   const bool split_rows_by_bytes =
-      split >= 2 && !beyond_portable_rows &&
+      split >= 2 && fused_layout_split.items == kMaxFusedItems &&
       x_bytes >= (dtype_size(p.dtype) == 4 ? t.fp32_fused_split_min_bytes : t.fused_split_min_bytes);
-  // Rows beyond it, 16-bit: fused with dX from a size of x at any M, LayerNorm and RMSNorm each their
-  // own key.
+  // Rows of the wide layout (4-item blocks over clusters of up to 16), 16-bit: fused with dX from a
+  // size of x at any M, LayerNorm and RMSNorm each their own key.
   const bool wide_rows_by_bytes =
-      beyond_portable_rows && dtype_size(p.dtype) == 2 &&
+      split >= 2 && fused_layout_split.items == kFusedWideItems && dtype_size(p.dtype) == 2 &&
       x_bytes >= (is_rms(p.op) ? t.rms_fused_wide_min_bytes : t.fused_wide_min_bytes);
   // Fused with dX from a size of x: rows of fused_min_row_bytes (fp32: its own key) from fused_min_bytes;
   // LayerNorm mid-length rows only from ln_fused_mid_rows_min_bytes, unless the fused grid is one full
@@ -669,9 +666,9 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
     RowShape dx_rows = row_kernel_shape(p, device, t);
     return dx_rows.items == 0 && !split_rows(dx_rows, p, device, t);
   }();
-  // Rows beyond a portable cluster that the dX kernel splits: unfused below
+  // Rows of the fused kernel's wide layout that the dX kernel splits: unfused below
   // PlannerTable::fused_wide_min_element_bytes (2 since NOTES entry 59: fused for every element size).
-  const bool wide_unfused = !dx_streams && beyond_portable_rows &&
+  const bool wide_unfused = !dx_streams && fused_layout_split.items == kFusedWideItems &&
                             std::int64_t(dtype_size(p.dtype)) < t.fused_wide_min_element_bytes;
   if (t.fused_enabled && (fused_size || dx_streams) && fused_layout && fused_rows && !wide_unfused) return Strategy::Fused;
   // dX and tiled strips in one launch beat simple (dX + a second launch) on the few rows simple takes

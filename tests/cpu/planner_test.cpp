@@ -657,7 +657,8 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
   }
   // rows longer than a portable cluster of 2-item blocks: 4-item blocks, clusters above the portable
   // size where needed (the device opts in); a device without such clusters does not fuse them. (Rows
-  // that need 16 2-item blocks, 131072 16-bit / 65536 fp32 columns, stay 2-item over a cluster of 16:
+  // that need 15 or 16 2-item blocks, 114689..131072 16-bit / 57345..65536 fp32 columns, stay 2-item over a
+  // cluster of 16:
   // FusedCachedRowsSplitUpToTheKeysCluster.)
   const struct { std::int64_t n; DType t; int split; int slice; } wide[] = {
       {65544, DType::BF16, 5, 13120}, {98304, DType::BF16, 6, 16384}, {262144, DType::BF16, 16, 16384},
@@ -785,7 +786,7 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
   EXPECT_NE(auto_strategy(255, 32768, DType::BF16, full, defaults), Strategy::Fused);      // 15.9 MiB
   EXPECT_NE(auto_strategy(512, 16384, DType::BF16, full, defaults), Strategy::Fused);      // 16 MiB
   EXPECT_NE(auto_strategy(512, 65536, DType::BF16, {false, true, true}, defaults), Strategy::Fused);  // no dX
-  EXPECT_NE(auto_strategy(255, 65536, DType::F32, full, defaults), Strategy::Fused);       // wide layout, 64 MiB
+  EXPECT_NE(auto_strategy(409, 40960, DType::F32, full, defaults), Strategy::Fused);       // wide layout, 64 MiB
   // fp32 rows from fp32_fused_split_min_bytes (16 MiB)
   ASSERT_EQ(defaults.fp32_fused_split_min_bytes, std::int64_t(16) << 20);
   EXPECT_EQ(auto_strategy(512, 8192, DType::F32, full, defaults), Strategy::Fused);        // 16 MiB, split 2
@@ -811,14 +812,14 @@ TEST(Planner, FusedRowsTooLongForOneBlockAreSplitOverACluster) {
   };
   EXPECT_EQ(auto_strategy(192, 262144, DType::BF16, full, defaults), Strategy::Fused);     // 96 MiB
   EXPECT_NE(auto_strategy(191, 262144, DType::BF16, full, defaults), Strategy::Fused);
-  EXPECT_EQ(auto_strategy(384, 131072, DType::F16, full, defaults), Strategy::Fused);      // 96 MiB
-  EXPECT_NE(auto_strategy(383, 131072, DType::F16, full, defaults), Strategy::Fused);
+  EXPECT_EQ(auto_strategy(512, 98304, DType::F16, full, defaults), Strategy::Fused);       // 96 MiB
+  EXPECT_NE(auto_strategy(511, 98304, DType::F16, full, defaults), Strategy::Fused);
   EXPECT_EQ(rms_strategy(96, 262144, DType::BF16, full, defaults), Strategy::Fused);       // 48 MiB
   EXPECT_NE(rms_strategy(95, 262144, DType::BF16, full, defaults), Strategy::Fused);
-  EXPECT_EQ(rms_strategy(192, 131072, DType::F16, full, defaults), Strategy::Fused);
-  EXPECT_NE(rms_strategy(191, 131072, DType::F16, full, defaults), Strategy::Fused);
+  EXPECT_EQ(rms_strategy(256, 98304, DType::F16, full, defaults), Strategy::Fused);
+  EXPECT_NE(rms_strategy(255, 98304, DType::F16, full, defaults), Strategy::Fused);
   EXPECT_NE(auto_strategy(512, 262144, DType::BF16, {false, true, true}, defaults), Strategy::Fused);  // no dX
-  EXPECT_NE(auto_strategy(384, 65536, DType::F32, full, defaults), Strategy::Fused);      // fp32 wide, 96 MiB
+  EXPECT_NE(auto_strategy(615, 40960, DType::F32, full, defaults), Strategy::Fused);      // fp32 wide, 96 MiB
   PlannerTable wide_bytes = defaults;
   wide_bytes.fused_wide_min_bytes = std::int64_t(1) << 62;
   EXPECT_NE(auto_strategy(512, 262144, DType::BF16, full, wide_bytes), Strategy::Fused);
@@ -991,12 +992,13 @@ TEST(Planner, FusedSplitRowsTakeTheClusterSizeTheDeviceHoldsMostOf) {
 // PlannerTable::fused_cached_split_max / fused_cached_split_min_beyond_portable: rows beyond a portable
 // cluster of 2-item blocks stay 2-item (their terms cached, fp32 weights in registers) over clusters up to
 // the first key, where the device launches them and the row needs at least the second key's blocks; the
-// wide layout otherwise. Built in: only rows that need 16 blocks (docs/NOTES.md entry 91).
+// wide layout otherwise. Built in: rows that need 15 or 16 blocks (docs/NOTES.md entry 91).
 TEST(Planner, FusedCachedRowsSplitUpToTheKeysCluster) {
   const DeviceFacts h200 = DeviceFacts::h200();
   const Mask full{true, true, true};
   EXPECT_EQ(PlannerTable{}.fused_cached_split_max, kMaxFusedSplitBlocks);
-  EXPECT_EQ(PlannerTable{}.fused_cached_split_min_beyond_portable, kMaxFusedSplitBlocks);
+  const int min_blocks = PlannerTable{}.fused_cached_split_min_beyond_portable;
+  EXPECT_EQ(min_blocks, 15);
   PlannerTable every_beyond;  // every row beyond the portable cluster stays 2-item
   every_beyond.fused_cached_split_min_beyond_portable = kPortableClusterBlocks + 1;
   PlannerTable portable_cached;  // the portable size at most: the wide layout beyond it
@@ -1005,8 +1007,9 @@ TEST(Planner, FusedCachedRowsSplitUpToTheKeysCluster) {
   portable_only.max_nonportable_cluster_blocks = 0;
   // N, type, blocks of 2 items the row needs
   const struct { std::int64_t n; DType t; int needed; } cases[] = {
-      {131072, DType::BF16, 16}, {122888, DType::F16, 16}, {98304, DType::F16, 12},
-      {65544, DType::BF16, 9},   {65536, DType::F32, 16},  {40000, DType::F32, 10}};
+      {131072, DType::BF16, 16}, {122888, DType::F16, 16}, {122880, DType::BF16, 15}, {114688, DType::F16, 14},
+      {98304, DType::F16, 12},   {65544, DType::BF16, 9},   {65536, DType::F32, 16},   {61440, DType::F32, 15},
+      {40000, DType::F32, 10}};
   for (const auto& c : cases) {
     for (bool rms : {false, true}) {
       for (DType w : {c.t, DType::F32}) {
@@ -1018,9 +1021,9 @@ TEST(Planner, FusedCachedRowsSplitUpToTheKeysCluster) {
         const Plan wide = normkit::plan(p, h200, Strategy::Fused, portable_cached);
         EXPECT_EQ(wide.row.items, kFusedWideItems) << where << ": " << wide.describe();
         const Plan builtin = normkit::plan(p, h200, Strategy::Fused);
-        if (c.needed < kMaxFusedSplitBlocks) EXPECT_EQ(builtin.describe(), wide.describe()) << where;
+        if (c.needed < min_blocks) EXPECT_EQ(builtin.describe(), wide.describe()) << where;
         const Plan cached = normkit::plan(p, h200, Strategy::Fused, every_beyond);
-        if (c.needed == kMaxFusedSplitBlocks) EXPECT_EQ(builtin.describe(), cached.describe()) << where;
+        if (c.needed >= min_blocks) EXPECT_EQ(builtin.describe(), cached.describe()) << where;
         const RowShape& r = cached.row;
         EXPECT_EQ(r.items, kMaxFusedItems) << where << ": " << cached.describe();
         EXPECT_EQ(r.threads_per_row, kFusedBlockThreads) << where;
@@ -1047,6 +1050,20 @@ TEST(Planner, FusedCachedRowsSplitUpToTheKeysCluster) {
             << where;
       }
     }
+  }
+  // auto: 2-item rows over a cluster above the portable size keep the 2-item rows' size rule (x from
+  // fused_split_min_bytes, 24 MiB; fp32 rows fp32_fused_split_min_bytes, 16 MiB), measured there (H100,
+  // entry 91: LayerNorm bf16 131072 columns, fused 0.94x tiled at 128 rows, 1.21x at 64)
+  const auto auto_of = [&](std::int64_t m, std::int64_t n, DType t, bool rms) {
+    Problem p = backward(m, n, t, {true, true, !rms});
+    if (rms) p.op = Op::RmsNormBackward;
+    return normkit::plan(p, h200).strategy;
+  };
+  for (bool rms : {false, true}) {
+    EXPECT_EQ(auto_of(96, 131072, DType::BF16, rms), Strategy::Fused) << rms;  // 24 MiB
+    EXPECT_NE(auto_of(95, 131072, DType::BF16, rms), Strategy::Fused) << rms;
+    EXPECT_EQ(auto_of(64, 65536, DType::F32, rms), Strategy::Fused) << rms;  // 16 MiB
+    EXPECT_NE(auto_of(63, 65536, DType::F32, rms), Strategy::Fused) << rms;
   }
   // rows a portable cluster of 2-item blocks holds take no cluster above it, whatever the keys; rows beyond
   // 16 of them stay wide

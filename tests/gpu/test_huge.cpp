@@ -346,8 +346,8 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
 // Blocks per row (16-bit: 1024 vectors of 8 per block): 65536 -> 8, 57352 -> 8 with a short last
 // slice, 16384 -> 2, 12296 -> 2 with unequal slices; fp32 (1024 vectors of 4): 32768 -> 8, 20000 -> 5.
 // The fused kernel's wide rows (2048 vectors per block): 262144 16-bit and 131072 fp32 -> 16, 98304
-// 16-bit -> 6, 65544 -> 5 with a short last slice (LayerNorm bf16, RMSNorm fp16); rows that need 16 2-item
-// blocks (131072 16-bit, 65536 fp32) stay 2-item over a cluster of 16 (NOTES entry 91); the dX kernel
+// 16-bit -> 6, 65544 -> 5 with a short last slice (LayerNorm bf16, RMSNorm fp16); rows that need 15 or 16
+// 2-item blocks (e.g. 131072 16-bit, 65536 fp32) stay 2-item over a cluster of 16 (NOTES entry 91); the dX kernel
 // splits these over blocks of 512 threads (2048 vectors each: 131072 16-bit -> 8). The forward splits the rows of 8192 vectors or more (65536 16-bit / 32768 fp32 ->
 // 8 blocks of 256 threads; wider: blocks of 512 threads, 65544 -> 5 with a short last slice, 131072
 // 16-bit -> 8, 262144 -> 16; from 128 rows 262144 -> 8 blocks of 8 vectors a thread, NOTES entry 60),
@@ -434,7 +434,7 @@ TEST_P(WideFusedFp32Weights, TailFirstWalkMatchesTheReference) {
 
 // ---- rows beyond a portable cluster of 2-item fused blocks, kept 2-item over clusters of up to 16 ----
 // Every row beyond the portable cluster kept 2-item (fused_cached_split_min_beyond_portable = 9; the built-in
-// table keeps only rows that need 16 blocks, NOTES entry 91): the split walk that caches its terms, over
+// table keeps only rows that need 15 or 16 blocks, NOTES entry 91): the split walk that caches its terms, over
 // 9..16 ranks (the cluster sums add by lanes there), against the reference and its own bits, full and
 // gamma/beta-only masks and dX alone.
 
