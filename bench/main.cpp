@@ -618,6 +618,114 @@ int run_sweep(Context& ctx, const Outputs& out, const std::vector<std::int64_t>&
 // ---------------------------------------------------------------------------------------------
 // --tune FILE
 
+/// Step 5 of --tune: fused rows beyond a portable cluster of 2-item blocks
+/// (PlannerTable::fused_cached_split_min_beyond_portable, docs/NOTES.md entry 91). Rows that need 9..16
+/// 2-item blocks, full backward, LayerNorm and RMSNorm (16-bit rows with fp32 weights too: the key is one
+/// for both weight types), timed fused as 2-item blocks over a cluster above the portable size and in the
+/// wide layout; the cut (rows from this many blocks take the 2-item blocks; 17 = never, which is
+/// fused_cached_split_max at the portable size) by the regret score of steps 1, 3 and 4. Only where the
+/// device launches clusters above the portable size (both plans as named, else the row is not a point).
+struct CachedSplitTune {
+  struct Point {
+    OpKind op;
+    DType weight;
+    std::int64_t m, n;
+    int blocks;
+    double cached, wide;
+  };
+  static constexpr int kNever = normkit::kMaxFusedSplitBlocks + 1;
+  std::vector<Point> points;
+  int default_cut = kNever, tuned_cut = kNever;
+  double default_score = kNaN, tuned_score = kNaN;
+  Table table;
+
+  /// The blocks from which `t` takes a row beyond the portable cluster as 2-item blocks (kNever: none).
+  static int cut_of(const normkit::PlannerTable& t) {
+    if (t.fused_cached_split_max <= normkit::kPortableClusterBlocks) return kNever;
+    return std::max(normkit::kPortableClusterBlocks + 1, t.fused_cached_split_min_beyond_portable);
+  }
+  static void set_cut(normkit::PlannerTable& t, int cut) {
+    if (cut >= kNever) {
+      t.fused_cached_split_max = normkit::kPortableClusterBlocks;
+    } else {
+      t.fused_cached_split_max = normkit::kMaxFusedSplitBlocks;
+      t.fused_cached_split_min_beyond_portable = cut;
+    }
+  }
+  /// Geometric-mean regret of the rule "2-item from `cut` blocks" (a row wider than the table's
+  /// fused_cached_split_max stays wide either way: the candidates all reach 16).
+  double score(int cut) const {
+    double sum = 0;
+    for (const Point& p : points) sum += std::log((p.blocks >= cut ? p.cached : p.wide) / std::min(p.cached, p.wide));
+    return points.empty() ? kNaN : std::exp(sum / double(points.size()));
+  }
+
+  template <typename Timed>
+  void run(Context& ctx, DType dtype, double max_cell_bytes, normkit::PlannerTable& best_table, Timed&& timed) {
+    default_cut = tuned_cut = cut_of(best_table);
+    normkit::PlannerTable cached_all = best_table, wide_all = best_table;
+    set_cut(cached_all, normkit::kPortableClusterBlocks + 1);
+    set_cut(wide_all, kNever);
+    const std::int64_t vec = 16 / std::int64_t(normkit::dtype_size(dtype));
+    std::vector<DType> weights{ctx.weight_dtype(dtype)};
+    if (normkit::dtype_size(dtype) == 2 && weights[0] != DType::F32) weights.push_back(DType::F32);
+    for (bool rms : {false, true}) {
+      const OpKind op = rms ? OpKind::RmsBwd : OpKind::LnBwd;
+      for (DType w : weights) {
+        for (int blocks = normkit::kPortableClusterBlocks + 1; blocks <= normkit::kMaxFusedSplitBlocks; ++blocks) {
+          const std::int64_t n = blocks * std::int64_t(normkit::kFusedBlockThreads) * normkit::kMaxFusedItems * vec;
+          // the most rows of these that fit the cell limit (and the CPU path's)
+          std::int64_t m = 0;
+          std::string why;
+          for (std::int64_t rows : {2048, 512, 64, 8, 1}) {
+            if (floor_bytes(op, rows, n, dtype, w) <= max_cell_bytes && !cpu_too_big(ctx, rows, n, &why)) {
+              m = rows;
+              break;
+            }
+          }
+          if (m == 0) continue;
+          std::fprintf(stderr, "\r[tune] fused split rows %s M=%lld N=%lld        ", op_kind_name(op), (long long)m, (long long)n);
+          std::fflush(stderr);
+          auto setup = make_setup(ctx, rms, m, n, dtype, &why, w);
+          if (!setup) continue;
+          try {
+            const normkit::Plan cached_plan = setup->plan_with_table(op, Strategy::Fused, cached_all);
+            const normkit::Plan wide_plan = setup->plan_with_table(op, Strategy::Fused, wide_all);
+            if (cached_plan.row.items != normkit::kMaxFusedItems || cached_plan.row.split <= normkit::kPortableClusterBlocks ||
+                wide_plan.row.items != normkit::kFusedWideItems)
+              continue;  // this device does not launch the cluster the 2-item row needs
+          } catch (const normkit::Error&) {
+            continue;
+          }
+          setup->set_table(&cached_all);
+          const Timing cached = timed(*setup, op, Strategy::Fused, "cached_split");
+          setup->set_table(&wide_all);
+          const Timing wide = timed(*setup, op, Strategy::Fused, "wide_split");
+          if (cached.ok && wide.ok) points.push_back({op, w, m, n, blocks, cached.mean_us, wide.mean_us});
+        }
+      }
+    }
+    std::fprintf(stderr, "\n");
+    default_score = tuned_score = score(default_cut);
+    if (!points.empty()) {
+      for (int cut = normkit::kPortableClusterBlocks + 1; cut <= kNever; ++cut) {
+        const double sc = score(cut);
+        if (sc < tuned_score - 1e-6) {  // only a strictly better score moves the key
+          tuned_score = sc;
+          tuned_cut = cut;
+        }
+      }
+    }
+    if (tuned_cut != default_cut) set_cut(best_table, tuned_cut);
+    table.header = {"op", "weights", "M", "N", "blocks needed", "2-item (µs)", "wide (µs)", "2-item / wide", "tuned rule picks"};
+    for (const Point& p : points)
+      table.rows.push_back({op_kind_name(p.op), normkit::dtype_name(p.weight), std::to_string(p.m), std::to_string(p.n),
+                            std::to_string(p.blocks), fmt(p.cached), fmt(p.wide), fmt(p.cached / p.wide, 3),
+                            p.blocks >= tuned_cut ? "2-item" : "wide"});
+  }
+  static std::string cut_name(int cut) { return cut >= kNever ? std::string("never") : "from " + std::to_string(cut) + " blocks"; }
+};
+
 int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dtype,
              const std::vector<std::int64_t>& tune_n, double max_cell_bytes) {
   const TimingMode mode = ctx.modes.back();  // graph when available
@@ -994,6 +1102,10 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
                               p.bytes >= best_table.*w.min_bytes ? walk_label : "not " + walk_label});
   }
 
+  // 5) Fused rows beyond a portable cluster: 2-item blocks or the wide layout (CachedSplitTune).
+  CachedSplitTune cached_split;
+  cached_split.run(ctx, dtype, max_cell_bytes, best_table, timed);
+
   write_file(path, normkit::format_planner_table(best_table));
 
   std::ostringstream md;
@@ -1035,6 +1147,14 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
        << ") score " << fmt(w.tuned_score, 4) << "\n\n";
     md << w.table.markdown() << "\n";
   }
+  md << "Fused rows beyond a portable cluster, 2-item blocks against the wide layout (" << cached_split.points.size()
+     << " shapes, full backward): default rule (2-item " << CachedSplitTune::cut_name(cached_split.default_cut)
+     << ") score " << fmt(cached_split.default_score, 4) << "; tuned rule (2-item "
+     << CachedSplitTune::cut_name(cached_split.tuned_cut) << ") score " << fmt(cached_split.tuned_score, 4)
+     << (facts.max_nonportable_cluster_blocks > normkit::kPortableClusterBlocks
+             ? ""
+             : " (this device launches no cluster above the portable size: not measured)")
+     << "\n\n" << cached_split.table.markdown() << "\n";
   md << "Wrote " << path << ":\n\n```\n" << normkit::format_planner_table(best_table) << "```\n";
   std::cout << md.str();
   Record meta = meta_record(ctx, "tune");
@@ -1060,6 +1180,11 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
     meta.push_back({std::string(w.walk_name) + "_tuned_score", w.tuned_score});
     tables.push_back({w.walk_name + std::string("_vs_other"), table_records(w.table)});
   }
+  meta.push_back({"tuned_fused_cached_split_max", best_table.fused_cached_split_max});
+  meta.push_back({"tuned_fused_cached_split_min_beyond_portable", best_table.fused_cached_split_min_beyond_portable});
+  meta.push_back({"cached_split_default_score", cached_split.default_score});
+  meta.push_back({"cached_split_tuned_score", cached_split.tuned_score});
+  tables.push_back({"cached_split_vs_wide", table_records(cached_split.table)});
   write_outputs(out, meta, records, tables, md.str());
   return 0;
 }
