@@ -628,44 +628,42 @@ int run_sweep(Context& ctx, const Outputs& out, const std::vector<std::int64_t>&
 struct CachedSplitTune {
   struct Point {
     OpKind op;
-    DType weight;
-    std::int64_t m, n;
+    normkit::Problem problem;  // the full backward timed (M, N, dtypes)
     int blocks;
     double cached, wide;
   };
   static constexpr int kNever = normkit::kMaxFusedSplitBlocks + 1;
   std::vector<Point> points;
-  int default_cut = kNever, tuned_cut = kNever;
   double default_score = kNaN, tuned_score = kNaN;
   Table table;
 
-  /// The blocks from which `t` takes a row beyond the portable cluster as 2-item blocks (kNever: none).
-  static int cut_of(const normkit::PlannerTable& t) {
-    if (t.fused_cached_split_max <= normkit::kPortableClusterBlocks) return kNever;
-    return std::max(normkit::kPortableClusterBlocks + 1, t.fused_cached_split_min_beyond_portable);
-  }
-  static void set_cut(normkit::PlannerTable& t, int cut) {
+  /// A table that takes rows beyond the portable cluster as 2-item blocks from `cut` blocks (kNever: none).
+  static normkit::PlannerTable with_cut(normkit::PlannerTable t, int cut) {
     if (cut >= kNever) {
       t.fused_cached_split_max = normkit::kPortableClusterBlocks;
     } else {
       t.fused_cached_split_max = normkit::kMaxFusedSplitBlocks;
       t.fused_cached_split_min_beyond_portable = cut;
     }
+    return t;
   }
-  /// Geometric-mean regret of the rule "2-item from `cut` blocks" (a row wider than the table's
-  /// fused_cached_split_max stays wide either way: the candidates all reach 16).
-  double score(int cut) const {
+  /// Whether `table` plans `p`'s fused rows as 2-item blocks (else the wide layout): the planner's answer.
+  static bool takes_cached(const normkit::Problem& p, const normkit::DeviceFacts& facts, const normkit::PlannerTable& table) {
+    return normkit::plan(p, facts, Strategy::Fused, table).row.items == normkit::kMaxFusedItems;
+  }
+  /// Geometric-mean regret of the layout `table` plans at each point.
+  double score(const normkit::DeviceFacts& facts, const normkit::PlannerTable& table) const {
     double sum = 0;
-    for (const Point& p : points) sum += std::log((p.blocks >= cut ? p.cached : p.wide) / std::min(p.cached, p.wide));
+    for (const Point& p : points)
+      sum += std::log((takes_cached(p.problem, facts, table) ? p.cached : p.wide) / std::min(p.cached, p.wide));
     return points.empty() ? kNaN : std::exp(sum / double(points.size()));
   }
 
   template <typename Timed>
   void run(Context& ctx, DType dtype, double max_cell_bytes, normkit::PlannerTable& best_table, Timed&& timed) {
-    default_cut = tuned_cut = cut_of(best_table);
-    normkit::PlannerTable cached_all = best_table, wide_all = best_table;
-    set_cut(cached_all, normkit::kPortableClusterBlocks + 1);
-    set_cut(wide_all, kNever);
+    const normkit::DeviceFacts facts = ctx.backend->planner_facts();
+    const normkit::PlannerTable cached_all = with_cut(best_table, normkit::kPortableClusterBlocks + 1);
+    const normkit::PlannerTable wide_all = with_cut(best_table, kNever);
     const std::int64_t vec = 16 / std::int64_t(normkit::dtype_size(dtype));
     std::vector<DType> weights{ctx.weight_dtype(dtype)};
     if (normkit::dtype_size(dtype) == 2 && weights[0] != DType::F32) weights.push_back(DType::F32);
@@ -688,11 +686,11 @@ struct CachedSplitTune {
           std::fflush(stderr);
           auto setup = make_setup(ctx, rms, m, n, dtype, &why, w);
           if (!setup) continue;
+          const normkit::Problem problem = setup->problem(op);
           try {
             const normkit::Plan cached_plan = setup->plan_with_table(op, Strategy::Fused, cached_all);
-            const normkit::Plan wide_plan = setup->plan_with_table(op, Strategy::Fused, wide_all);
-            if (cached_plan.row.items != normkit::kMaxFusedItems || cached_plan.row.split <= normkit::kPortableClusterBlocks ||
-                wide_plan.row.items != normkit::kFusedWideItems)
+            if (!takes_cached(problem, facts, cached_all) || cached_plan.row.split <= normkit::kPortableClusterBlocks ||
+                takes_cached(problem, facts, wide_all))
               continue;  // this device does not launch the cluster the 2-item row needs
           } catch (const normkit::Error&) {
             continue;
@@ -701,29 +699,36 @@ struct CachedSplitTune {
           const Timing cached = timed(*setup, op, Strategy::Fused, "cached_split");
           setup->set_table(&wide_all);
           const Timing wide = timed(*setup, op, Strategy::Fused, "wide_split");
-          if (cached.ok && wide.ok) points.push_back({op, w, m, n, blocks, cached.mean_us, wide.mean_us});
+          if (cached.ok && wide.ok) points.push_back({op, problem, blocks, cached.mean_us, wide.mean_us});
         }
       }
     }
     std::fprintf(stderr, "\n");
-    default_score = tuned_score = score(default_cut);
+    default_score = tuned_score = score(facts, best_table);
+    normkit::PlannerTable tuned = best_table;
     if (!points.empty()) {
       for (int cut = normkit::kPortableClusterBlocks + 1; cut <= kNever; ++cut) {
-        const double sc = score(cut);
-        if (sc < tuned_score - 1e-6) {  // only a strictly better score moves the key
+        const normkit::PlannerTable candidate = with_cut(best_table, cut);
+        const double sc = score(facts, candidate);
+        if (sc < tuned_score - 1e-6) {  // only a strictly better score moves the keys
           tuned_score = sc;
-          tuned_cut = cut;
+          tuned = candidate;
         }
       }
     }
-    if (tuned_cut != default_cut) set_cut(best_table, tuned_cut);
-    table.header = {"op", "weights", "M", "N", "blocks needed", "2-item (µs)", "wide (µs)", "2-item / wide", "tuned rule picks"};
+    best_table = tuned;
+    table.header = {"op", "weights", "M", "N", "blocks needed", "2-item (µs)", "wide (µs)", "2-item / wide", "tuned table picks"};
     for (const Point& p : points)
-      table.rows.push_back({op_kind_name(p.op), normkit::dtype_name(p.weight), std::to_string(p.m), std::to_string(p.n),
-                            std::to_string(p.blocks), fmt(p.cached), fmt(p.wide), fmt(p.cached / p.wide, 3),
-                            p.blocks >= tuned_cut ? "2-item" : "wide"});
+      table.rows.push_back({op_kind_name(p.op), normkit::dtype_name(p.problem.weight_dtype),
+                            std::to_string(p.problem.rows), std::to_string(p.problem.cols), std::to_string(p.blocks),
+                            fmt(p.cached), fmt(p.wide), fmt(p.cached / p.wide, 3),
+                            takes_cached(p.problem, facts, best_table) ? "2-item" : "wide"});
   }
-  static std::string cut_name(int cut) { return cut >= kNever ? std::string("never") : "from " + std::to_string(cut) + " blocks"; }
+  /// The two keys of `t`, for the report.
+  static std::string keys_of(const normkit::PlannerTable& t) {
+    return "fused_cached_split_max = " + std::to_string(t.fused_cached_split_max) +
+           ", fused_cached_split_min_beyond_portable = " + std::to_string(t.fused_cached_split_min_beyond_portable);
+  }
 };
 
 int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dtype,
@@ -1148,9 +1153,9 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
     md << w.table.markdown() << "\n";
   }
   md << "Fused rows beyond a portable cluster, 2-item blocks against the wide layout (" << cached_split.points.size()
-     << " shapes, full backward): default rule (2-item " << CachedSplitTune::cut_name(cached_split.default_cut)
-     << ") score " << fmt(cached_split.default_score, 4) << "; tuned rule (2-item "
-     << CachedSplitTune::cut_name(cached_split.tuned_cut) << ") score " << fmt(cached_split.tuned_score, 4)
+     << " shapes, full backward): default table (" << CachedSplitTune::keys_of(normkit::default_planner_table())
+     << ") score " << fmt(cached_split.default_score, 4) << "; tuned table (" << CachedSplitTune::keys_of(best_table)
+     << ") score " << fmt(cached_split.tuned_score, 4)
      << (facts.max_nonportable_cluster_blocks > normkit::kPortableClusterBlocks
              ? ""
              : " (this device launches no cluster above the portable size: not measured)")
