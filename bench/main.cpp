@@ -731,6 +731,121 @@ struct CachedSplitTune {
   }
 };
 
+/// Step 6 of --tune: the forward's wide split rows, 8 vectors a thread (kWideForwardSplitItems, half the
+/// cluster) or kSplitItems (PlannerTable::forward_split_wide_items_min_vectors / _min_rows). Rows longer
+/// than a portable cluster of the dX layout holds, up to what kSplitItems blocks of the largest cluster
+/// hold (N = 98304 ... 262144 16-bit, 49152 ... 131072 fp32), at up to four row counts within
+/// `--max-cell-bytes`, LayerNorm (16-bit rows: the only ones built with 8 vectors) and RMSNorm, 16-bit rows
+/// with fp32 weights too; each timed under a table that takes 8 vectors wherever it can and one that never
+/// does. The two keys by the regret score of steps 1 and 3-5. Why a step: the cut is the GPU's -- the H200
+/// measured 8 vectors 1-5 % faster at 262144 columns (docs/NOTES.md entry 74), an H100 4 vectors over
+/// clusters of 16 up to 12 % faster (entry 92).
+struct ForwardSplitItemsTune {
+  struct Point {
+    OpKind op;
+    normkit::Problem problem;  // the forward timed (M, N, dtypes)
+    std::int64_t vectors;
+    double more, fewer;  // 8 vectors a thread, kSplitItems
+  };
+  static constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
+  std::vector<Point> points;
+  double default_score = kNaN, tuned_score = kNaN;
+  Table table;
+
+  static normkit::PlannerTable with_keys(normkit::PlannerTable t, std::int64_t min_vectors, std::int64_t min_rows) {
+    t.forward_split_wide_items_min_vectors = min_vectors;
+    t.forward_split_wide_items_min_rows = min_rows;
+    return t;
+  }
+  /// Whether `table` splits `p`'s rows as 8 vectors a thread: the planner's answer.
+  static bool takes_more(const normkit::Problem& p, const normkit::DeviceFacts& facts, const normkit::PlannerTable& table) {
+    const normkit::Plan plan = normkit::plan(p, facts, Strategy::Auto, table);
+    return plan.row.split > 1 && plan.row.items == normkit::kWideForwardSplitItems;
+  }
+  double score(const normkit::DeviceFacts& facts, const normkit::PlannerTable& table) const {
+    double sum = 0;
+    for (const Point& p : points)
+      sum += std::log((takes_more(p.problem, facts, table) ? p.more : p.fewer) / std::min(p.more, p.fewer));
+    return points.empty() ? kNaN : std::exp(sum / double(points.size()));
+  }
+
+  template <typename Timed>
+  void run(Context& ctx, DType dtype, double max_cell_bytes, normkit::PlannerTable& best_table, Timed&& timed) {
+    const normkit::DeviceFacts facts = ctx.backend->planner_facts();
+    const normkit::PlannerTable more_all = with_keys(best_table, 0, 1);
+    const normkit::PlannerTable fewer_all = with_keys(best_table, kNever, kNever);
+    const std::int64_t vec = 16 / std::int64_t(normkit::dtype_size(dtype));
+    std::vector<DType> weights{ctx.weight_dtype(dtype)};
+    if (normkit::dtype_size(dtype) == 2 && weights[0] != DType::F32) weights.push_back(DType::F32);
+    // row lengths in 16-byte vectors: 1.5x, 2x, 3x and 4x what a portable cluster of the dX layout holds
+    const std::int64_t portable_vectors =
+        std::int64_t(normkit::kPortableClusterBlocks) * normkit::kSplitBlockThreads * normkit::kSplitItems;
+    for (bool rms : {false, true}) {
+      if (!normkit::forward_split_wide_items_built(rms, int(normkit::dtype_size(dtype)))) continue;
+      const OpKind op = rms ? OpKind::RmsFwd : OpKind::LnFwd;
+      for (DType w : weights) {
+        for (std::int64_t vectors : {portable_vectors * 3 / 2, portable_vectors * 2, portable_vectors * 3, portable_vectors * 4}) {
+          const std::int64_t n = vectors * vec;
+          // rows about the key's 128 (entry 60) within the limits; one row where none fits (the CPU path's)
+          std::vector<std::int64_t> ms;
+          for (std::int64_t m : {32, 128, 512, 2048}) {
+            std::string why;
+            if (floor_bytes(op, m, n, dtype, w) <= max_cell_bytes && !cpu_too_big(ctx, m, n, &why)) ms.push_back(m);
+          }
+          std::string why;
+          if (ms.empty() && floor_bytes(op, 1, n, dtype, w) <= max_cell_bytes && !cpu_too_big(ctx, 1, n, &why)) ms.push_back(1);
+          for (std::int64_t m : ms) {
+            std::fprintf(stderr, "\r[tune] forward split items %s M=%lld N=%lld        ", op_kind_name(op), (long long)m,
+                         (long long)n);
+            std::fflush(stderr);
+            auto setup = make_setup(ctx, rms, m, n, dtype, &why, w);
+            if (!setup) continue;
+            const normkit::Problem problem = setup->problem(op);
+            const normkit::Plan fewer_plan = setup->plan_with_table(op, Strategy::Auto, fewer_all);
+            if (!takes_more(problem, facts, more_all) || fewer_plan.row.split <= 1 ||
+                fewer_plan.row.items != normkit::kSplitItems)
+              continue;  // one of the two layouts does not serve this row here (e.g. no cluster of 16)
+            setup->set_table(&more_all);
+            const Timing more = timed(*setup, op, Strategy::Auto, "split_8_vectors");
+            setup->set_table(&fewer_all);
+            const Timing fewer = timed(*setup, op, Strategy::Auto, "split_4_vectors");
+            if (more.ok && fewer.ok) points.push_back({op, problem, vectors, more.mean_us, fewer.mean_us});
+          }
+        }
+      }
+    }
+    std::fprintf(stderr, "\n");
+    default_score = tuned_score = score(facts, best_table);
+    normkit::PlannerTable tuned = best_table;
+    std::vector<std::int64_t> vector_cuts{kNever}, row_cuts{1};
+    for (const Point& p : points) {
+      vector_cuts.push_back(p.vectors);
+      row_cuts.push_back(p.problem.rows);
+    }
+    for (std::int64_t v : vector_cuts) {
+      for (std::int64_t r : row_cuts) {
+        const normkit::PlannerTable candidate = with_keys(best_table, v, r);
+        const double sc = score(facts, candidate);
+        if (sc < tuned_score - 1e-6) {  // only a strictly better score moves the keys
+          tuned_score = sc;
+          tuned = candidate;
+        }
+      }
+    }
+    best_table = tuned;
+    table.header = {"op", "weights", "M", "N", "vectors", "8 vectors (µs)", "4 vectors (µs)", "8 / 4", "tuned table picks"};
+    for (const Point& p : points)
+      table.rows.push_back({op_kind_name(p.op), normkit::dtype_name(p.problem.weight_dtype), std::to_string(p.problem.rows),
+                            std::to_string(p.problem.cols), std::to_string(p.vectors), fmt(p.more), fmt(p.fewer),
+                            fmt(p.more / p.fewer, 3), takes_more(p.problem, facts, best_table) ? "8 vectors" : "4 vectors"});
+  }
+  static std::string keys_of(const normkit::PlannerTable& t) {
+    const auto value = [](std::int64_t v) { return v == kNever ? std::string("never") : std::to_string(v); };
+    return "forward_split_wide_items_min_vectors = " + value(t.forward_split_wide_items_min_vectors) +
+           ", forward_split_wide_items_min_rows = " + value(t.forward_split_wide_items_min_rows);
+  }
+};
+
 int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dtype,
              const std::vector<std::int64_t>& tune_n, double max_cell_bytes) {
   const TimingMode mode = ctx.modes.back();  // graph when available
@@ -1111,6 +1226,10 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   CachedSplitTune cached_split;
   cached_split.run(ctx, dtype, max_cell_bytes, best_table, timed);
 
+  // 6) The forward's wide split rows: 8 or 4 vectors a thread (ForwardSplitItemsTune).
+  ForwardSplitItemsTune split_items;
+  split_items.run(ctx, dtype, max_cell_bytes, best_table, timed);
+
   write_file(path, normkit::format_planner_table(best_table));
 
   std::ostringstream md;
@@ -1160,6 +1279,12 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
              ? ""
              : " (this device launches no cluster above the portable size: not measured)")
      << "\n\n" << cached_split.table.markdown() << "\n";
+  md << "Forward rows split over a cluster beyond the portable layout, 8 vectors a thread against 4 ("
+     << split_items.points.size() << " shapes): default table ("
+     << ForwardSplitItemsTune::keys_of(normkit::default_planner_table()) << ") score " << fmt(split_items.default_score, 4)
+     << "; tuned table (" << ForwardSplitItemsTune::keys_of(best_table) << ") score " << fmt(split_items.tuned_score, 4)
+     << (facts.max_cluster_blocks >= 2 ? "" : " (this device has no thread-block clusters: not measured)") << "\n\n"
+     << split_items.table.markdown() << "\n";
   md << "Wrote " << path << ":\n\n```\n" << normkit::format_planner_table(best_table) << "```\n";
   std::cout << md.str();
   Record meta = meta_record(ctx, "tune");
@@ -1190,6 +1315,11 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   meta.push_back({"cached_split_default_score", cached_split.default_score});
   meta.push_back({"cached_split_tuned_score", cached_split.tuned_score});
   tables.push_back({"cached_split_vs_wide", table_records(cached_split.table)});
+  meta.push_back({"tuned_forward_split_wide_items_min_vectors", best_table.forward_split_wide_items_min_vectors});
+  meta.push_back({"tuned_forward_split_wide_items_min_rows", best_table.forward_split_wide_items_min_rows});
+  meta.push_back({"forward_split_items_default_score", split_items.default_score});
+  meta.push_back({"forward_split_items_tuned_score", split_items.tuned_score});
+  tables.push_back({"forward_split_8_vs_4_vectors", table_records(split_items.table)});
   write_outputs(out, meta, records, tables, md.str());
   return 0;
 }
