@@ -992,14 +992,18 @@ TEST(Planner, FusedSplitRowsTakeTheClusterSizeTheDeviceHoldsMostOf) {
 // PlannerTable::fused_cached_split_max / fused_cached_split_min_beyond_portable: rows beyond a portable
 // cluster of 2-item blocks stay 2-item (their terms cached, fp32 weights in registers) over clusters up to
 // the first key, where the device launches them and the row needs at least the second key's blocks; the
-// wide layout otherwise. Built in: rows that need 15 or 16 blocks (docs/NOTES.md entry 91).
+// wide layout otherwise. Built in: the portable size (the H200: the wide layout 1.14-1.80x faster at every
+// width, docs/NOTES.md entry 92); a table that raises it to 16 (an H100's tune) takes rows that need 15 or
+// 16 blocks (entry 91).
 TEST(Planner, FusedCachedRowsSplitUpToTheKeysCluster) {
   const DeviceFacts h200 = DeviceFacts::h200();
   const Mask full{true, true, true};
-  EXPECT_EQ(PlannerTable{}.fused_cached_split_max, kMaxFusedSplitBlocks);
+  EXPECT_EQ(PlannerTable{}.fused_cached_split_max, kPortableClusterBlocks);
   const int min_blocks = PlannerTable{}.fused_cached_split_min_beyond_portable;
   EXPECT_EQ(min_blocks, 15);
-  PlannerTable every_beyond;  // every row beyond the portable cluster stays 2-item
+  PlannerTable raised;  // the built-in cut, clusters up to 16
+  raised.fused_cached_split_max = kMaxFusedSplitBlocks;
+  PlannerTable every_beyond = raised;  // every row beyond the portable cluster stays 2-item
   every_beyond.fused_cached_split_min_beyond_portable = kPortableClusterBlocks + 1;
   PlannerTable portable_cached;  // the portable size at most: the wide layout beyond it
   portable_cached.fused_cached_split_max = kPortableClusterBlocks;
@@ -1020,10 +1024,11 @@ TEST(Planner, FusedCachedRowsSplitUpToTheKeysCluster) {
                                   " N = " + std::to_string(c.n);
         const Plan wide = normkit::plan(p, h200, Strategy::Fused, portable_cached);
         EXPECT_EQ(wide.row.items, kFusedWideItems) << where << ": " << wide.describe();
-        const Plan builtin = normkit::plan(p, h200, Strategy::Fused);
-        if (c.needed < min_blocks) EXPECT_EQ(builtin.describe(), wide.describe()) << where;
+        EXPECT_EQ(normkit::plan(p, h200, Strategy::Fused).describe(), wide.describe()) << where;  // built in
+        const Plan at_cut = normkit::plan(p, h200, Strategy::Fused, raised);
+        if (c.needed < min_blocks) EXPECT_EQ(at_cut.describe(), wide.describe()) << where;
         const Plan cached = normkit::plan(p, h200, Strategy::Fused, every_beyond);
-        if (c.needed >= min_blocks) EXPECT_EQ(builtin.describe(), cached.describe()) << where;
+        if (c.needed >= min_blocks) EXPECT_EQ(at_cut.describe(), cached.describe()) << where;
         const RowShape& r = cached.row;
         EXPECT_EQ(r.items, kMaxFusedItems) << where << ": " << cached.describe();
         EXPECT_EQ(r.threads_per_row, kFusedBlockThreads) << where;
@@ -1045,7 +1050,7 @@ TEST(Planner, FusedCachedRowsSplitUpToTheKeysCluster) {
         // a device without clusters above the portable size keeps the wide layout
         const Plan portable = normkit::plan(p, portable_only, Strategy::Fused, every_beyond);
         EXPECT_EQ(portable.row.items, kFusedWideItems) << where << ": " << portable.describe();
-        EXPECT_EQ(portable.describe(), normkit::plan(p, portable_only, Strategy::Fused).describe()) << where;
+        EXPECT_EQ(portable.describe(), normkit::plan(p, portable_only, Strategy::Fused, raised).describe()) << where;
         EXPECT_EQ(portable.describe(), normkit::plan(p, portable_only, Strategy::Fused, portable_cached).describe())
             << where;
       }
@@ -1057,7 +1062,7 @@ TEST(Planner, FusedCachedRowsSplitUpToTheKeysCluster) {
   const auto auto_of = [&](std::int64_t m, std::int64_t n, DType t, bool rms) {
     Problem p = backward(m, n, t, {true, true, !rms});
     if (rms) p.op = Op::RmsNormBackward;
-    return normkit::plan(p, h200).strategy;
+    return normkit::plan(p, h200, Strategy::Auto, raised).strategy;
   };
   for (bool rms : {false, true}) {
     EXPECT_EQ(auto_of(96, 131072, DType::BF16, rms), Strategy::Fused) << rms;  // 24 MiB
@@ -1070,7 +1075,7 @@ TEST(Planner, FusedCachedRowsSplitUpToTheKeysCluster) {
   for (std::int64_t n : {8200LL, 40960LL, 57344LL, 65536LL, 131080LL, 262144LL}) {
     const Problem p = backward(4096, n, DType::BF16, full);
     const std::string portable_plan = normkit::plan(p, h200, Strategy::Fused, portable_cached).describe();
-    EXPECT_EQ(normkit::plan(p, h200, Strategy::Fused).describe(), portable_plan) << "N = " << n;
+    EXPECT_EQ(normkit::plan(p, h200, Strategy::Fused, raised).describe(), portable_plan) << "N = " << n;
     EXPECT_EQ(normkit::plan(p, h200, Strategy::Fused, every_beyond).describe(), portable_plan) << "N = " << n;
   }
   // the keys are read, from 2 to 16
