@@ -58,6 +58,10 @@ def main() -> int:
         print("device: none used (CPU tensors run normkit's float64 reference)")
     table = os.environ.get("NORMKIT_PLANNER_TABLE")
     print(f"planner table: {'NORMKIT_PLANNER_TABLE=' + table if table else 'built-in (measured on an H200)'}")
+    if cuda and not table and "H200" not in props.name:
+        # some crossovers differ between GPUs (docs/NOTES.md entry 92: an H100 wants other cluster sizes)
+        print("  note: this GPU is not the one the built-in table was measured on; `normkit-bench --tune FILE` "
+              "(the C++ build's benchmark) measures a table for it, used through NORMKIT_PLANNER_TABLE=FILE")
     failed = 0
     for op in ("layer_norm", "rms_norm"):
         try:  # a planner table that does not load fails here (the CPU path never plans)
