@@ -626,16 +626,17 @@ struct PlannerTable {
   /// (DeviceFacts::max_nonportable_cluster_blocks; elsewhere the portable size) and only for rows that
   /// need fused_cached_split_min_beyond_portable blocks or more; at most fused_split_max; at least 2.
   /// Default: the portable size -- on the H200 the wide layout beat 2-item blocks over larger clusters at
-  /// every width that needs 9-16 of them, 1.14-1.80x (`normkit-bench --tune` step 5; the A/B at 122880-131072
-  /// columns 1.05-1.28x; docs/NOTES.md entry 92), while an H100 measured 2-item over 16 blocks 0.90-0.98x
-  /// the wide layout from 15 blocks (entry 91): 16 there, the tune's table for such a GPU.
+  /// every width that needs 9-16 of them, by 1.14-1.80x at 2048 rows (`normkit-bench --tune` step 5; the
+  /// A/B at 122880-131072 columns: 2-item 1.00-1.28x the wide layout's time; docs/NOTES.md entry 92), while
+  /// an H100 measured 2-item over 16 blocks 0.90-0.98x the wide layout from 15 blocks (entry 91): 16 there,
+  /// the tune's table for such a GPU.
   int fused_cached_split_max = 8;  // kPortableClusterBlocks (declared below)
   /// Rows that need more 2-item blocks than the portable cluster holds (rows of 65537..131072 16-bit /
   /// 32769..65536 fp32 columns) stay 2-item over a cluster above the portable size only from this many
   /// blocks; fewer take the wide layout over clusters of half as many blocks, of which the device holds
   /// twice as many at once (read where a table raises fused_cached_split_max). Measured (docs/NOTES.md
-  /// entry 91, H100, graph, full backward, 2-item over 16
-  /// blocks against the wide layout over 8 or fewer): rows that need 15 or 16 blocks 0.90-0.98x; 14: bf16
+  /// entry 91, H100, graph, full backward, 2-item over 16 blocks against the wide layout over 8 or fewer):
+  /// rows that need 15 or 16 blocks 0.90-0.98x; 14: bf16
   /// weights 0.92-0.98x, fp32 rows 0.95x, but LayerNorm with fp32 weights on 16-bit rows 1.01-1.04x; 13:
   /// 0.92-1.09x; 12: 0.93-1.17x; 9-10: 1.10-1.34x.
   int fused_cached_split_min_beyond_portable = 15;

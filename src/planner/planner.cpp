@@ -625,9 +625,9 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const FusedSplit fused_layout_split = fused_split(p, t, fused_cached_split_limit(device, t), nullptr);
   const int split = fused_layout_split.split;
   // Rows split over a cluster of 2-item blocks are fused with dX from a size of x at any M (fp32 has
-  // its own key), over clusters above the portable size too where a table allows them (H100, bf16, 131072 columns over 16
-  // blocks, docs/NOTES.md entry 91: fused 0.78-0.94x tiled from 128 rows (32 MiB), 1.2x at 64 LayerNorm
-  // rows); the wide layout keeps the other rules.
+  // its own key), over clusters above the portable size too where a table allows them (H100, bf16,
+  // 131072 columns over 16 blocks, docs/NOTES.md entry 91: fused 0.78-0.94x tiled from 128 rows (32 MiB),
+  // 1.2x at 64 LayerNorm rows); the wide layout keeps the other rules.
   const bool split_rows_by_bytes =
       split >= 2 && fused_layout_split.items == kMaxFusedItems &&
       x_bytes >= (dtype_size(p.dtype) == 4 ? t.fp32_fused_split_min_bytes : t.fused_split_min_bytes);

@@ -435,9 +435,8 @@ TEST_P(WideFusedFp32Weights, TailFirstWalkMatchesTheReference) {
 // ---- rows beyond a portable cluster of 2-item fused blocks, kept 2-item over clusters of up to 16 ----
 // Every row beyond the portable cluster kept 2-item (fused_cached_split_min_beyond_portable = 9; the built-in
 // table keeps none, NOTES entry 92, and a table raised to 16 those that need 15 or 16 blocks, entry 91): the
-// split walk that caches its terms, over
-// 9..16 ranks (the cluster sums add by lanes there), against the reference and its own bits, full and
-// gamma/beta-only masks and dX alone.
+// split walk that caches its terms, over 9..16 ranks (the cluster sums add by lanes there), against the
+// reference and its own bits, full and gamma/beta-only masks and dX alone.
 
 class CachedSplitBeyondPortable : public testing::TestWithParam<Spec> {};
 
