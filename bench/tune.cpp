@@ -42,6 +42,14 @@ std::pair<Timing, Timing> timed_under_tables(Setup& setup, OpKind op, Strategy s
   return {std::move(a), std::move(b)};
 }
 
+/// Whether the tune measures an M x N cell of `op`: its byte floor within --max-cell-bytes and, on the CPU
+/// path, its elements within --cpu-max-elements.
+bool cell_measured(const Context& ctx, OpKind op, std::int64_t m, std::int64_t n, DType dtype, DType weight,
+                   double max_cell_bytes) {
+  std::string why;
+  return m >= 1 && floor_bytes(op, m, n, dtype, weight) <= max_cell_bytes && !cpu_too_big(ctx, m, n, &why);
+}
+
 /// Step 5 of --tune: fused rows beyond a portable cluster of 2-item blocks
 /// (PlannerTable::fused_cached_split_min_beyond_portable, docs/NOTES.md entry 91). Rows that need 9..16
 /// 2-item blocks, full backward, LayerNorm and RMSNorm (16-bit rows with fp32 weights too: the key is one
@@ -98,7 +106,7 @@ struct CachedSplitTune {
           std::int64_t m = 0;
           std::string why;
           for (std::int64_t rows : {2048, 512, 64, 8, 1}) {
-            if (floor_bytes(op, rows, n, dtype, w) <= max_cell_bytes && !cpu_too_big(ctx, rows, n, &why)) {
+            if (cell_measured(ctx, op, rows, n, dtype, w, max_cell_bytes)) {
               m = rows;
               break;
             }
@@ -206,12 +214,10 @@ struct ForwardSplitItemsTune {
           const std::int64_t n = vectors * vec;
           // rows about the key's 128 (entry 60) within the limits; one row where none fits (the CPU path's)
           std::vector<std::int64_t> ms;
-          for (std::int64_t m : {32, 128, 512, 2048}) {
-            std::string why;
-            if (floor_bytes(op, m, n, dtype, w) <= max_cell_bytes && !cpu_too_big(ctx, m, n, &why)) ms.push_back(m);
-          }
+          for (std::int64_t m : {32, 128, 512, 2048})
+            if (cell_measured(ctx, op, m, n, dtype, w, max_cell_bytes)) ms.push_back(m);
+          if (ms.empty() && cell_measured(ctx, op, 1, n, dtype, w, max_cell_bytes)) ms.push_back(1);
           std::string why;
-          if (ms.empty() && floor_bytes(op, 1, n, dtype, w) <= max_cell_bytes && !cpu_too_big(ctx, 1, n, &why)) ms.push_back(1);
           for (std::int64_t m : ms) {
             std::fprintf(stderr, "\r[tune] forward split items %s M=%lld N=%lld        ", op_kind_name(op), (long long)m,
                          (long long)n);
@@ -290,9 +296,8 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
     const OpKind op = rms ? OpKind::RmsGb : OpKind::LnGb;
     for (std::int64_t n : tune_n) {
       for (std::int64_t m : ms) {
+        if (!cell_measured(ctx, op, m, n, dtype, ctx.weight_dtype(dtype), max_cell_bytes)) continue;
         std::string why;
-        if (floor_bytes(op, m, n, dtype, ctx.weight_dtype(dtype)) > max_cell_bytes || cpu_too_big(ctx, m, n, &why))
-          continue;
         std::fprintf(stderr, "\r[tune] gamma/beta %s M=%lld N=%lld        ", op_kind_name(op), (long long)m, (long long)n);
         std::fflush(stderr);
         auto setup = make_setup(ctx, rms, m, n, dtype, &why);
@@ -388,9 +393,8 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
       const OpKind op = rms ? OpKind::RmsBwd : OpKind::LnBwd;
       for (std::int64_t n : tune_n) {
         for (std::int64_t m : {std::int64_t(1024), std::int64_t(4096), std::int64_t(16384), std::int64_t(65536)}) {
+          if (!cell_measured(ctx, op, m, n, dtype, ctx.weight_dtype(dtype), max_cell_bytes)) continue;
           std::string why;
-          if (floor_bytes(op, m, n, dtype, ctx.weight_dtype(dtype)) > max_cell_bytes || cpu_too_big(ctx, m, n, &why))
-            continue;
           auto setup = make_setup(ctx, rms, m, n, dtype, &why);
           if (!setup) continue;
           if (setup->plan_with_table(op, Strategy::TwoPass, base).describe() ==
@@ -589,9 +593,8 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
     for (std::int64_t n : w.cols) {
       for (int bytes_log = 18; bytes_log <= w.max_bytes_log; ++bytes_log) {  // x of 256 KiB ..
         const std::int64_t m = (std::int64_t(1) << bytes_log) / (n * element_bytes);
+        if (!cell_measured(ctx, w.op, m, n, dtype, ctx.weight_dtype(dtype), max_cell_bytes)) continue;
         std::string why;
-        if (m < 1 || floor_bytes(w.op, m, n, dtype, ctx.weight_dtype(dtype)) > max_cell_bytes || cpu_too_big(ctx, m, n, &why))
-          continue;
         std::fprintf(stderr, "\r[tune] %s %s M=%lld N=%lld        ", w.walk_name, op_kind_name(w.op), (long long)m, (long long)n);
         std::fflush(stderr);
         auto setup = make_setup(ctx, rms, m, n, dtype, &why);
