@@ -29,6 +29,25 @@ double pair_regret(const Points& points, TakesFirst&& takes_first, double Point:
   return points.empty() ? kNaN : std::exp(sum / double(points.size()));
 }
 
+/// Whether a candidate's regret `score` moves the keys away from those scoring `best`: only a strictly
+/// better score does (beyond rounding), so on a tie the default stays.
+bool strictly_better(double score, double best) { return score < best - 1e-6; }
+
+/// Of `candidates`, the table `score` rates lowest, where strictly better than `current` (whose score,
+/// `current_score`, becomes the kept table's).
+template <typename Score>
+normkit::PlannerTable best_table_of(const std::vector<normkit::PlannerTable>& candidates, normkit::PlannerTable current,
+                                    double& current_score, Score&& score) {
+  for (const normkit::PlannerTable& candidate : candidates) {
+    const double sc = score(candidate);
+    if (strictly_better(sc, current_score)) {
+      current_score = sc;
+      current = candidate;
+    }
+  }
+  return current;
+}
+
 /// One point of a two-way step: `op` timed under table `first`, then under `second` (each recorded by `timed`
 /// with its label); the setup is left holding `second`.
 template <typename Timed>
@@ -133,18 +152,11 @@ struct CachedSplitTune {
     }
     std::fprintf(stderr, "\n");
     default_score = tuned_score = score(facts, best_table);
-    normkit::PlannerTable tuned = best_table;
-    if (!points.empty()) {
-      for (int cut = normkit::kPortableClusterBlocks + 1; cut <= kNever; ++cut) {
-        const normkit::PlannerTable candidate = with_cut(best_table, cut);
-        const double sc = score(facts, candidate);
-        if (sc < tuned_score - 1e-6) {  // only a strictly better score moves the keys
-          tuned_score = sc;
-          tuned = candidate;
-        }
-      }
-    }
-    best_table = tuned;
+    std::vector<normkit::PlannerTable> candidates;
+    for (int cut = normkit::kPortableClusterBlocks + 1; cut <= kNever && !points.empty(); ++cut)
+      candidates.push_back(with_cut(best_table, cut));
+    best_table = best_table_of(candidates, best_table, tuned_score,
+                               [&](const normkit::PlannerTable& t) { return score(facts, t); });
     table.header = {"op", "weights", "M", "N", "blocks needed", "2-item (µs)", "wide (µs)", "2-item / wide", "tuned table picks"};
     for (const Point& p : points)
       table.rows.push_back({op_kind_name(p.op), normkit::dtype_name(p.problem.weight_dtype),
@@ -238,23 +250,16 @@ struct ForwardSplitItemsTune {
     }
     std::fprintf(stderr, "\n");
     default_score = tuned_score = score(facts, best_table);
-    normkit::PlannerTable tuned = best_table;
     std::vector<std::int64_t> vector_cuts{kNever}, row_cuts{1};
     for (const Point& p : points) {
       vector_cuts.push_back(p.vectors);
       row_cuts.push_back(p.problem.rows);
     }
-    for (std::int64_t v : vector_cuts) {
-      for (std::int64_t r : row_cuts) {
-        const normkit::PlannerTable candidate = with_keys(best_table, v, r);
-        const double sc = score(facts, candidate);
-        if (sc < tuned_score - 1e-6) {  // only a strictly better score moves the keys
-          tuned_score = sc;
-          tuned = candidate;
-        }
-      }
-    }
-    best_table = tuned;
+    std::vector<normkit::PlannerTable> candidates;
+    for (std::int64_t v : vector_cuts)
+      for (std::int64_t r : row_cuts) candidates.push_back(with_keys(best_table, v, r));
+    best_table = best_table_of(candidates, best_table, tuned_score,
+                               [&](const normkit::PlannerTable& t) { return score(facts, t); });
     table.header = {"op", "weights", "M", "N", "vectors", "8 vectors (µs)", "4 vectors (µs)", "8 / 4", "tuned table picks"};
     for (const Point& p : points)
       table.rows.push_back({op_kind_name(p.op), normkit::dtype_name(p.problem.weight_dtype), std::to_string(p.problem.rows),
@@ -367,7 +372,7 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
           cand.two_pass_min_rows_per_narrow_strip = ns;
           int miss = 0;
           const double sc = score(cand, &miss);
-          if (miss == 0 && std::isfinite(sc) && sc < best_score - 1e-6) {
+          if (miss == 0 && std::isfinite(sc) && strictly_better(sc, best_score)) {
             best_score = sc;
             best_table = cand;
           }
@@ -515,7 +520,7 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
     for (std::int64_t elements = 0; elements <= (std::int64_t(1) << 22); elements = elements ? elements * 2 : 4096)
       for (std::int64_t cols : cluster_n) {
         const double sc = cluster_score(elements, cols);
-        if (sc < cluster_best_score - 1e-6) {
+        if (strictly_better(sc, cluster_best_score)) {
           cluster_best_score = sc;
           best_table.fused_cluster_max_elements = elements;
           best_table.fused_cluster_max_cols = cols;
@@ -618,8 +623,7 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
       for (const WalkPoint& p : w.points) candidates.push_back(p.bytes);  // each measured size a cut
       for (std::int64_t c : candidates) {
         const double sc = score(c);
-        // only a strictly better score moves the key: on a tie the default stays
-        if (sc < w.tuned_score - 1e-6) {
+        if (strictly_better(sc, w.tuned_score)) {
           w.tuned_score = sc;
           best_table.*w.min_bytes = c;
         }

@@ -636,9 +636,8 @@ struct PlannerTable {
   /// blocks; fewer take the wide layout over clusters of half as many blocks, of which the device holds
   /// twice as many at once (read where a table raises fused_cached_split_max). Measured (docs/NOTES.md
   /// entry 91, H100, graph, full backward, 2-item over 16 blocks against the wide layout over 8 or fewer):
-  /// rows that need 15 or 16 blocks 0.90-0.98x; 14: bf16
-  /// weights 0.92-0.98x, fp32 rows 0.95x, but LayerNorm with fp32 weights on 16-bit rows 1.01-1.04x; 13:
-  /// 0.92-1.09x; 12: 0.93-1.17x; 9-10: 1.10-1.34x.
+  /// rows that need 15 or 16 blocks 0.90-0.98x; 14: bf16 weights 0.92-0.98x, fp32 rows 0.95x, but LayerNorm
+  /// with fp32 weights on 16-bit rows 1.01-1.04x; 13: 0.92-1.09x; 12: 0.93-1.17x; 9-10: 1.10-1.34x.
   int fused_cached_split_min_beyond_portable = 15;
   /// Fused rows split over a cluster take, from the blocks the row needs up to the largest cluster
   /// of their layout (2-item blocks: fused_cached_split_max; the wide layout: fused_split_max), the size

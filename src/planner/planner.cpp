@@ -415,6 +415,11 @@ int fused_cluster_split(const FusedSplit& fs, const DeviceFacts& device, const P
   return best;
 }
 
+/// fused_split on `device`: the layout the fused backward takes there (fused_cached_split_limit).
+FusedSplit fused_split_on(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+  return fused_split(p, t, fused_cached_split_limit(device, t), nullptr);
+}
+
 // (whether a row fits does not depend on which layout takes it: the wide one holds twice the vectors)
 bool fused_fits(const Problem& p, const PlannerTable& t, std::string* why) {
   return fused_split(p, t, t.fused_cached_split_max, why).split > 0;
@@ -535,7 +540,7 @@ std::int64_t fused_wide_weight_bytes(const Problem& p, const RowShape& s) {
 /// thread of its slice (one row group of kFusedBlockThreads threads per block; `blocks` is set by
 /// the caller).
 RowShape fused_row_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
-  const FusedSplit fs = fused_split(p, t, fused_cached_split_limit(device, t), nullptr);
+  const FusedSplit fs = fused_split_on(p, device, t);
   if (fs.split >= 2) {
     RowShape s;
     s.vec = vector_width(p);
@@ -556,7 +561,7 @@ RowShape fused_row_shape(const Problem& p, const DeviceFacts& device, const Plan
 int fused_cluster_blocks(const Problem& p, const DeviceFacts& device, const PlannerTable& t, int rows_per_block) {
   const int cap = std::min(t.fused_cluster_max_blocks, device.max_cluster_blocks);
   if (!p.mask.any_gamma_beta() || cap < 2 || p.rows * p.cols > t.fused_cluster_max_elements ||
-      p.cols > t.fused_cluster_max_cols || fused_split(p, t, fused_cached_split_limit(device, t), nullptr).split != 1)
+      p.cols > t.fused_cluster_max_cols || fused_split_on(p, device, t).split != 1)
     return 0;
   const std::int64_t blocks = std::min<std::int64_t>(cap, ceil_div(p.rows, std::max(1, rows_per_block)));
   return blocks >= 2 ? int(blocks) : 0;  // one block writes dgamma/dbeta directly anyway
@@ -622,7 +627,7 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const std::int64_t x_bytes = p.rows * row_bytes;
   const std::int64_t short_row_dx_min_bytes =
       is_rms(p.op) ? t.rms_fused_short_row_dx_min_bytes : t.fused_short_row_dx_min_bytes;
-  const FusedSplit fused_layout_split = fused_split(p, t, fused_cached_split_limit(device, t), nullptr);
+  const FusedSplit fused_layout_split = fused_split_on(p, device, t);
   const int split = fused_layout_split.split;
   // Rows split over a cluster of 2-item blocks are fused with dX from a size of x at any M (fp32 has
   // its own key), over clusters above the portable size too where a table allows them (H100, bf16,
