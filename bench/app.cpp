@@ -1,8 +1,10 @@
 // normkit-bench's shared pieces (app.h).
 #include "app.h"
 
+#include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 namespace nkbench {
@@ -11,6 +13,25 @@ std::string modes_name(const std::vector<TimingMode>& modes) {
   std::string s;
   for (auto m : modes) s += std::string(s.empty() ? "" : "+") + (m == TimingMode::Events ? "events" : "graph");
   return s;
+}
+
+std::string planner_table_note() {
+  const char* path = std::getenv("NORMKIT_PLANNER_TABLE");
+  if (path == nullptr || *path == '\0') return "built-in";
+  // The key = value lines of the loaded table (in the table's order) that the built-in table's lack.
+  const auto lines = [](const normkit::PlannerTable& t) {
+    std::vector<std::string> out;
+    std::istringstream in(normkit::format_planner_table(t));
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty() && line[0] != '#') out.push_back(line);
+    return out;
+  };
+  const std::vector<std::string> built_in_lines = lines(normkit::PlannerTable{});
+  const std::set<std::string> built_in(built_in_lines.begin(), built_in_lines.end());
+  std::string differing;
+  for (const std::string& line : lines(normkit::default_planner_table()))
+    if (built_in.count(line) == 0) differing += (differing.empty() ? "" : ", ") + line;
+  return std::string(path) + " (" + (differing.empty() ? "the built-in values" : differing) + ")";
 }
 
 Record meta_record(const Context& ctx, const std::string& what) {
@@ -31,7 +52,8 @@ Record meta_record(const Context& ctx, const std::string& what) {
               {"runs", ctx.params.runs},
               {"budget_s_per_measurement", ctx.params.budget_s},
               {"rotation_l2_factor", ctx.rotation.l2_factor},
-              {"rotation_max_sets", ctx.rotation.max_sets}};
+              {"rotation_max_sets", ctx.rotation.max_sets},
+              {"planner_table", planner_table_note()}};
   if (!ctx.why_cpu.empty()) m.push_back({"note", ctx.why_cpu});
   return m;
 }
@@ -42,6 +64,7 @@ std::string header_lines(const Context& ctx, const std::string& title, TimingMod
   os << "- commit: " << ctx.commit << "\n";
   os << "- date: " << ctx.date << "\n";
   os << "- GPU: " << ctx.backend->description() << "\n";
+  os << "- planner table: " << planner_table_note() << "\n";
   if (!ctx.why_cpu.empty()) {
     os << "- note: " << ctx.why_cpu << "\n";
     os << "- note: normkit's CPU path is its float64 reference: a forced strategy is validated but computes the "

@@ -46,6 +46,10 @@ struct Outputs {
 };
 
 std::string modes_name(const std::vector<TimingMode>& modes);
+/// Which planner table a run's plans come from: "built-in" (the H200's), or the file NORMKIT_PLANNER_TABLE
+/// names and the values in it that differ from the built-in ones. Results measured under another table
+/// are not the built-in planner's, and their reports must say so.
+std::string planner_table_note();
 /// The JSON's meta record of a run (`what`: the mode).
 Record meta_record(const Context& ctx, const std::string& what);
 /// The markdown report's heading and method lines.

@@ -559,7 +559,8 @@ int main_impl(int argc, char** argv) {
   }
   ctx.copy_bw = ctx.backend->copy_bandwidth(copy_bytes, ctx.cpu() ? 3 : 10, &ctx.copy_bytes);
   std::cerr << "normkit-bench: " << ctx.backend->description() << "; copy bandwidth " << fmt(ctx.copy_bw / 1e12, 3)
-            << " TB/s (" << fmt_bytes(double(ctx.copy_bytes)) << " copies, read + write)\n";
+            << " TB/s (" << fmt_bytes(double(ctx.copy_bytes)) << " copies, read + write); planner table "
+            << planner_table_note() << "\n";
 
   Outputs out{cli.str("json"), cli.str("csv"), cli.str("md")};
   const double max_cell_bytes = double(cli.integer("max-cell-bytes", 2LL << 30));

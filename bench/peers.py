@@ -348,7 +348,9 @@ def run(args):
     meta = dict(tool="bench/peers.py", commit=args.commit or git_commit(), gpu=prop.name, l2_bytes=l2,
                 torch=torch.__version__, copy_bandwidth_GBps=bw / 1e9, copy_bytes=bw_bytes,
                 calls_per_graph=args.calls, replays=args.replays, warm_ms=args.warm_ms, compile=not args.quick,
-                normkit=have_normkit, normkit_note=normkit_note, smoke=SMOKE, time_budget=args.time_budget)
+                normkit=have_normkit, normkit_note=normkit_note, smoke=SMOKE, time_budget=args.time_budget,
+                # the planner's thresholds: the built-in (H200) table unless NORMKIT_PLANNER_TABLE names another
+                planner_table=os.environ.get("NORMKIT_PLANNER_TABLE") or "built-in")
     use_compile = not args.quick
     compile_spent = 0.0
     results, notes_all = [], set()
@@ -470,7 +472,8 @@ def render(meta, results):
            f"rotate over buffer sets until > 3x L2",
            f"- copy bandwidth: {meta['copy_bandwidth_GBps'] / 1000:.3f} TB/s (torch copy_ of "
            f"{meta['copy_bytes'] / 1e9:.2f} GB, read + write, best of 10)",
-           f"- normkit: {'torch.ops.normkit (strategy auto)' if meta['normkit'] else 'not measured: ' + meta['normkit_note']}",
+           f"- normkit: {'torch.ops.normkit (strategy auto)' if meta['normkit'] else 'not measured: ' + meta['normkit_note']}"
+           + f"; planner table: {meta.get('planner_table', 'built-in')}",
            ]
     if meta["optional_peer_notes"]:
         out.append("- optional peers not available: " + "; ".join(sorted({n.split(':')[0] for n in meta['optional_peer_notes']})))

@@ -100,7 +100,11 @@ def main():
             return g
 
         fig, axes = plt.subplots(1, 3, figsize=(21, 7))
-        fig.suptitle(f"normkit {op} {dtype} ({mode} timing) — {meta.get('device', '')}, commit {meta.get('commit', '')}")
+        # a sweep under another planner table than the built-in one says which (normkit-bench's meta)
+        table = meta.get("planner_table", "built-in")
+        table_note = "" if table == "built-in" else f", planner table {os.path.basename(table.split(' (')[0])}"
+        fig.suptitle(f"normkit {op} {dtype} ({mode} timing) — {meta.get('device', '')}, commit {meta.get('commit', '')}"
+                     + table_note)
         # (a) fastest strategy
         cmap = ListedColormap(["#8c8c8c", "#1f77b4", "#ff7f0e", "#2ca02c"])
         norm = BoundaryNorm([-0.5, 0.5, 1.5, 2.5, 3.5], cmap.N)

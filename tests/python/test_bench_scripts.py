@@ -12,11 +12,12 @@ pytest.importorskip("torch")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run_peers(tmp_path, *extra):
+def run_peers(tmp_path, *extra, table=""):
     out = tmp_path / "peers.md"
     cmd = [sys.executable, os.path.join(ROOT, "bench", "peers.py"), "--cpu-smoke", "--quick", "--calls", "2",
            "--replays", "1", "--commit", "test", "--out", str(out), *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    env = dict(os.environ, NORMKIT_PLANNER_TABLE=table)  # "": the built-in table
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return out.read_text(), json.loads((tmp_path / "peers.json").read_text())
 
@@ -24,6 +25,7 @@ def run_peers(tmp_path, *extra):
 def test_peers_cpu_smoke_writes_every_table(tmp_path):
     md, data = run_peers(tmp_path, "--suite", "seed")
     assert "CPU smoke run" in md
+    assert "; planner table: built-in" in md and data["meta"]["planner_table"] == "built-in"
     for title in ("dgamma/dbeta only", "full backward", "forward"):
         assert f"## {title}" in md
     assert len(data["results"]) == 13 and data["meta"]["complete"]
@@ -35,7 +37,10 @@ def test_peers_cpu_smoke_writes_every_table(tmp_path):
 
 
 def test_peers_time_budget_lists_the_cases_not_run(tmp_path):
-    md, data = run_peers(tmp_path, "--suite", "seed,llm", "--time-budget", "0.000001")
+    table = os.path.join(ROOT, "bench", "results", "h100-tune-bf16-929409e.table")
+    md, data = run_peers(tmp_path, "--suite", "seed,llm", "--time-budget", "0.000001", table=table)
+    # a run under another planner table says so: its plans are not the built-in ones
+    assert f"; planner table: {table}" in md and data["meta"]["planner_table"] == table
     assert data["meta"]["not_run"], "a spent budget leaves cases not run"
     assert "### Not run" in md
     assert len(data["results"]) + len(data["meta"]["not_run"]) == 13 + 28
