@@ -4,9 +4,14 @@
 #include <mutex>
 #include <vector>
 
+#include "core/device_support.h"
 #include "cuda/common.cuh"
 #include "cuda/dispatch.h"
 #include "cuda/kernels.h"
+
+// nvcc's __CUDA_ARCH_LIST__ (the architectures this file is built for, e.g. 800,900) as a string
+#define NORMKIT_STRINGIFY_ARGS(...) #__VA_ARGS__
+#define NORMKIT_STRINGIFY(...) NORMKIT_STRINGIFY_ARGS(__VA_ARGS__)
 
 namespace normkit::detail {
 
@@ -15,7 +20,8 @@ using cuda::check;
 namespace {
 
 /// Stands in for the fused split walk in the cluster occupancy queries: what the query counts is
-/// blocks of one block an SM (the dynamic shared memory asked for leaves room for no second one).
+/// blocks of one block an SM (the dynamic shared memory asked for leaves room for no second one). Also
+/// the probe of whether this build has code for the device at all (cuda_device_facts).
 __global__ void one_block_an_sm_kernel() {}
 
 /// DeviceFacts::cluster_sms of the current device (sm_90 on): SMs that clusters of k = 1..16 blocks
@@ -54,6 +60,20 @@ DeviceFacts cuda_device_facts() {
   if (!cache[std::size_t(device)]) {
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    // A GPU outside the architectures built has no kernel image: say so, and how to rebuild, before the
+    // first launch fails with the runtime's bare message (any kernel of the library answers alike).
+    cudaFuncAttributes image{};
+    const cudaError_t has_image = cudaFuncGetAttributes(&image, one_block_an_sm_kernel);
+    if (has_image == cudaErrorNoKernelImageForDevice || has_image == cudaErrorInvalidDeviceFunction) {
+      (void)cudaGetLastError();
+#ifdef __CUDA_ARCH_LIST__
+      const std::string built = NORMKIT_STRINGIFY(__CUDA_ARCH_LIST__);
+#else
+      const std::string built;
+#endif
+      throw CudaError(no_kernels_for_device_message(prop.name, prop.major, prop.minor, built));
+    }
+    check(has_image, "cudaFuncGetAttributes");
     DeviceFacts facts;
     facts.sm_count = prop.multiProcessorCount;
     facts.l2_bytes = prop.l2CacheSize;
