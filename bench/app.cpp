@@ -15,10 +15,13 @@ std::string modes_name(const std::vector<TimingMode>& modes) {
   return s;
 }
 
-std::string planner_table_note() {
+std::string planner_table_source() {
   const char* path = std::getenv("NORMKIT_PLANNER_TABLE");
-  if (path == nullptr || *path == '\0') return "built-in";
-  // The key = value lines of the loaded table (in the table's order) that the built-in table's lack.
+  return (path == nullptr || *path == '\0') ? "built-in" : path;
+}
+
+std::string planner_table_changes() {
+  // The key = value lines of the table in use (in the table's order) that the built-in table's lack.
   const auto lines = [](const normkit::PlannerTable& t) {
     std::vector<std::string> out;
     std::istringstream in(normkit::format_planner_table(t));
@@ -28,10 +31,17 @@ std::string planner_table_note() {
   };
   const std::vector<std::string> built_in_lines = lines(normkit::PlannerTable{});
   const std::set<std::string> built_in(built_in_lines.begin(), built_in_lines.end());
-  std::string differing;
+  std::string changes;
   for (const std::string& line : lines(normkit::default_planner_table()))
-    if (built_in.count(line) == 0) differing += (differing.empty() ? "" : ", ") + line;
-  return std::string(path) + " (" + (differing.empty() ? "the built-in values" : differing) + ")";
+    if (built_in.count(line) == 0) changes += (changes.empty() ? "" : ", ") + line;
+  return changes;
+}
+
+std::string planner_table_note() {
+  const std::string source = planner_table_source();
+  if (source == "built-in") return source;
+  const std::string changes = planner_table_changes();
+  return source + " (" + (changes.empty() ? "the built-in values" : changes) + ")";
 }
 
 Record meta_record(const Context& ctx, const std::string& what) {
@@ -53,7 +63,8 @@ Record meta_record(const Context& ctx, const std::string& what) {
               {"budget_s_per_measurement", ctx.params.budget_s},
               {"rotation_l2_factor", ctx.rotation.l2_factor},
               {"rotation_max_sets", ctx.rotation.max_sets},
-              {"planner_table", planner_table_note()}};
+              {"planner_table", planner_table_source()},
+              {"planner_table_changes", planner_table_changes()}};
   if (!ctx.why_cpu.empty()) m.push_back({"note", ctx.why_cpu});
   return m;
 }
