@@ -273,6 +273,86 @@ struct ForwardSplitItemsTune {
   }
 };
 
+/// Step 7 of --tune: the fused backward on short vectorised rows (at most short_row_max_vectors 16-byte
+/// vectors: 64 16-bit / 32 fp32 columns) from a row count (PlannerTable::fused_short_row_min_rows). Rows of
+/// 2, 4 and 8 vectors at M = 4096 ... 262144 within `--max-cell-bytes`, gamma/beta alone and the full
+/// backward, LayerNorm and RMSNorm, each timed under a table that fuses them from one row and one that
+/// never does by rows (auto's unfused plan; with dX the byte rule, fused_short_row_dx_min_bytes, fuses many
+/// under both, and those are no point). The cut (fused from this many rows; never) by the regret score of
+/// steps 3-6. Why a step: the H200 measured fused and two-pass even at 16384 x 64 (the built-in cut), while
+/// an H100 under its tuned table kept fused there at 1.04-1.06x two-pass's time (docs/NOTES.md entry 93).
+struct ShortRowFusedTune {
+  struct Point {
+    OpKind op;
+    normkit::Problem problem;  // the backward timed (M, N, mask)
+    double fused, unfused;
+  };
+  static constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
+  std::vector<Point> points;
+  double default_score = kNaN, tuned_score = kNaN;
+  Table table;
+
+  static normkit::PlannerTable with_cut(normkit::PlannerTable t, std::int64_t cut) {
+    t.fused_short_row_min_rows = cut;
+    return t;
+  }
+  /// Whether `table` fuses `p`: the planner's answer.
+  static bool takes_fused(const normkit::Problem& p, const normkit::DeviceFacts& facts, const normkit::PlannerTable& table) {
+    return normkit::plan(p, facts, Strategy::Auto, table).strategy == Strategy::Fused;
+  }
+  double score(const normkit::DeviceFacts& facts, const normkit::PlannerTable& table) const {
+    return pair_regret(points, [&](const Point& p) { return takes_fused(p.problem, facts, table); }, &Point::fused,
+                       &Point::unfused);
+  }
+
+  template <typename Timed>
+  void run(Context& ctx, DType dtype, double max_cell_bytes, normkit::PlannerTable& best_table, Timed&& timed) {
+    const normkit::DeviceFacts facts = ctx.backend->planner_facts();
+    const normkit::PlannerTable fused_all = with_cut(best_table, 1);
+    const normkit::PlannerTable unfused_all = with_cut(best_table, kNever);
+    const std::int64_t vec = 16 / std::int64_t(normkit::dtype_size(dtype));
+    for (bool rms : {false, true}) {
+      for (OpKind op : rms ? std::vector<OpKind>{OpKind::RmsGb, OpKind::RmsBwd}
+                           : std::vector<OpKind>{OpKind::LnGb, OpKind::LnBwd}) {
+        for (std::int64_t vectors : {2, 4, 8}) {
+          if (vectors > best_table.short_row_max_vectors) continue;
+          const std::int64_t n = vectors * vec;
+          for (std::int64_t m = 4096; m <= 262144; m *= 2) {
+            if (!cell_measured(ctx, op, m, n, dtype, ctx.weight_dtype(dtype), max_cell_bytes)) continue;
+            std::fprintf(stderr, "\r[tune] short rows fused %s M=%lld N=%lld        ", op_kind_name(op), (long long)m,
+                         (long long)n);
+            std::fflush(stderr);
+            std::string why;
+            auto setup = make_setup(ctx, rms, m, n, dtype, &why);
+            if (!setup) continue;
+            const normkit::Problem problem = setup->problem(op);
+            if (!takes_fused(problem, facts, fused_all) || takes_fused(problem, facts, unfused_all))
+              continue;  // the row count does not decide this point
+            const auto [fused, unfused] = timed_under_tables(*setup, op, Strategy::Auto, fused_all, "short_rows_fused",
+                                                             unfused_all, "short_rows_unfused", timed);
+            if (fused.ok && unfused.ok) points.push_back({op, problem, fused.mean_us, unfused.mean_us});
+          }
+        }
+      }
+    }
+    std::fprintf(stderr, "\n");
+    default_score = tuned_score = score(facts, best_table);
+    std::vector<normkit::PlannerTable> candidates{with_cut(best_table, kNever)};
+    for (const Point& p : points) candidates.push_back(with_cut(best_table, p.problem.rows));
+    best_table = best_table_of(candidates, best_table, tuned_score,
+                               [&](const normkit::PlannerTable& t) { return score(facts, t); });
+    table.header = {"op", "M", "N", "fused (µs)", "unfused (µs)", "fused / unfused", "tuned table picks"};
+    for (const Point& p : points)
+      table.rows.push_back({op_kind_name(p.op), std::to_string(p.problem.rows), std::to_string(p.problem.cols),
+                            fmt(p.fused), fmt(p.unfused), fmt(p.fused / p.unfused, 3),
+                            takes_fused(p.problem, facts, best_table) ? "fused" : "unfused"});
+  }
+  static std::string keys_of(const normkit::PlannerTable& t) {
+    return "fused_short_row_min_rows = " +
+           (t.fused_short_row_min_rows == kNever ? std::string("never") : std::to_string(t.fused_short_row_min_rows));
+  }
+};
+
 }  // namespace
 
 int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dtype,
@@ -646,6 +726,10 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   ForwardSplitItemsTune split_items;
   split_items.run(ctx, dtype, max_cell_bytes, best_table, timed);
 
+  // 7) The fused backward on short rows from a row count (ShortRowFusedTune).
+  ShortRowFusedTune short_rows;
+  short_rows.run(ctx, dtype, max_cell_bytes, best_table, timed);
+
   write_file(path, normkit::format_planner_table(best_table));
 
   std::ostringstream md;
@@ -701,6 +785,11 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
      << "; tuned table (" << ForwardSplitItemsTune::keys_of(best_table) << ") score " << fmt(split_items.tuned_score, 4)
      << (facts.max_cluster_blocks >= 2 ? "" : " (this device has no thread-block clusters: not measured)") << "\n\n"
      << split_items.table.markdown() << "\n";
+  md << "Short rows, fused from a row count against the unfused plan (" << short_rows.points.size()
+     << " shapes, gamma/beta alone and full backward): default table ("
+     << ShortRowFusedTune::keys_of(normkit::default_planner_table()) << ") score " << fmt(short_rows.default_score, 4)
+     << "; tuned table (" << ShortRowFusedTune::keys_of(best_table) << ") score " << fmt(short_rows.tuned_score, 4)
+     << "\n\n" << short_rows.table.markdown() << "\n";
   md << "Wrote " << path << ":\n\n```\n" << normkit::format_planner_table(best_table) << "```\n";
   std::cout << md.str();
   Record meta = meta_record(ctx, "tune");
@@ -736,6 +825,10 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   meta.push_back({"forward_split_items_default_score", split_items.default_score});
   meta.push_back({"forward_split_items_tuned_score", split_items.tuned_score});
   tables.push_back({"forward_split_8_vs_4_vectors", table_records(split_items.table)});
+  meta.push_back({"tuned_fused_short_row_min_rows", best_table.fused_short_row_min_rows});
+  meta.push_back({"short_rows_fused_default_score", short_rows.default_score});
+  meta.push_back({"short_rows_fused_tuned_score", short_rows.tuned_score});
+  tables.push_back({"short_rows_fused_vs_unfused", table_records(short_rows.table)});
   write_outputs(out, meta, records, tables, md.str());
   return 0;
 }

@@ -416,6 +416,7 @@ struct PlannerTable {
   /// faster), N = 64, fused / two-pass: M = 4097 1.07 (full backward), 1.23 (gamma/beta), 1.09
   /// (RMSNorm gamma/beta); M = 16384 0.75 / 0.88 / 0.79. It was 4096 from the c825604 sweep (fused
   /// 7.02 vs two-pass 7.72 us at M = 4097 then). Unvectorised short rows (N = 1) keep their own rule.
+  /// `normkit-bench --tune` re-measures it (step 7: an H100 wants it higher, docs/NOTES.md entry 93).
   std::int64_t fused_short_row_min_rows = 16384;
   /// With dX such rows are fused from fewer rows too: from this many bytes of x (M x N x element
   /// size), LayerNorm and RMSNorm (rms_ key) apart. bf16, graph, fused vs two-pass (docs/NOTES.md entry
