@@ -345,10 +345,11 @@ TEST_P(SplitRows, ForwardAndEveryStrategyMatchTheReferenceWithTheSameBitsEveryRu
 
 // Blocks per row (16-bit: 1024 vectors of 8 per block): 65536 -> 8, 57352 -> 8 with a short last
 // slice, 16384 -> 2, 12296 -> 2 with unequal slices; fp32 (1024 vectors of 4): 32768 -> 8, 20000 -> 5.
-// The fused kernel's wide rows (2048 vectors per block): 262144 16-bit and 131072 fp32 -> 16, 98304
-// 16-bit -> 6, 65544 -> 5 with a short last slice (LayerNorm bf16, RMSNorm fp16); rows that need 15 or 16
-// 2-item blocks (e.g. 131072 16-bit, 65536 fp32) stay 2-item over a cluster of 16 (NOTES entry 91); the dX kernel
-// splits these over blocks of 512 threads (2048 vectors each: 131072 16-bit -> 8). The forward splits the rows of 8192 vectors or more (65536 16-bit / 32768 fp32 ->
+// The fused kernel's wide rows (2048 vectors per block): 262144 16-bit and 131072 fp32 -> 16, 131072
+// 16-bit -> 8, 98304 -> 6, 65544 -> 5 with a short last slice (LayerNorm bf16, RMSNorm fp16); only a table
+// that raises fused_cached_split_max (an H100's tune) keeps rows that need 15 or 16 2-item blocks 2-item
+// over a cluster of 16 (NOTES entries 91-92, CachedSplitBeyondPortable below); the dX kernel splits these
+// over blocks of 512 threads (2048 vectors each, the same counts). The forward splits the rows of 8192 vectors or more (65536 16-bit / 32768 fp32 ->
 // 8 blocks of 256 threads; wider: blocks of 512 threads, 65544 -> 5 with a short last slice, 131072
 // 16-bit -> 8, 262144 -> 16; from 128 rows 262144 -> 8 blocks of 8 vectors a thread, NOTES entry 60),
 // strided and with fp32 weights too, and streams the others.
@@ -371,7 +372,7 @@ INSTANTIATE_TEST_SUITE_P(Split, SplitRows,
                                          split_bias_only(ln_spec("ln_M90_N57352_bf16", 90, 57352, DT::BF16)),
                                          split_weight_only(ln_spec("ln_M90_N24576_f16", 90, 24576, DT::F16)),
                                          // fused wide rows (kFusedWideItems per thread): 16 blocks a row
-                                         // (non-portable clusters); 2-item rows over 16 without a weight
+                                         // (non-portable clusters) and 8 (131072 16-bit, without a weight)
                                          ln_spec("ln_M40_N262144_bf16", 40, 262144, DT::BF16),
                                          rms_spec("rms_M40_N131072_f32", 40, 131072, DT::F32),
                                          split_no_weight(ln_spec("ln_M70_N131072_f16_noweight", 70, 131072, DT::F16)),
