@@ -10,6 +10,15 @@
 
 namespace normkit {
 
+/// Warp size of the target. NVIDIA: 32 (AMD wavefronts are 64; DeviceFacts::warp_size carries it).
+constexpr int kWarpSize = 32;
+/// Tall vectorised strips (PlannerTable::tiled_tall_strip_lanes): threads a block, and rows a thread
+/// unrolled a block iteration at most (8 rows of x and dy in 16-byte packs are 64 registers of the 128
+/// that 512-thread blocks leave a thread).
+constexpr int kTallStripThreads = 512;
+constexpr int kTallStripMaxRowsPerThread = 8;
+constexpr int kTallStripMaxLanes = 16;
+
 enum class Op : std::uint8_t { LayerNormForward, LayerNormBackward, RmsNormForward, RmsNormBackward };
 const char* op_name(Op op);
 inline bool is_rms(Op op) { return op == Op::RmsNormForward || op == Op::RmsNormBackward; }
@@ -123,6 +132,8 @@ struct ColumnShape {
   int reduce_block_y = 8;        ///< partial reduce: thread rows summing one column strip together
   int rows_per_iteration() const { return block_y * rows_per_thread; }
   int columns_per_block() const { return block_x * vec; }
+  /// Tall vectorised strips (PlannerTable::tiled_tall_strip_lanes): 16 bytes a lane, fewer lanes than a warp.
+  bool tall_strips() const { return vec > 1 && block_x < kWarpSize; }
 };
 
 struct Plan {
@@ -384,6 +395,40 @@ struct PlannerTable {
   /// ... Tile-256 (M >= tile256_min_rows, rows walked in block iterations): narrow strips also halve
   /// the iterations, 64 strips narrowed 0.86-0.94x (300 x 2048).
   int tiled256_narrow_max_strips_percent = 50;
+  /// Tall vectorised strips: on 16-byte vectorised rows from tiled_tall_min_rows rows on, tiled strips
+  /// of fewer 16-byte lanes than a warp and kTallStripThreads / lanes thread rows, so that a block
+  /// iteration covers hundreds of rows and the strips are many where warp-wide vectorised strips are a
+  /// handful (N = 768: 3) and scalar ones read 2 bytes a lane. The thread rows of a warp fold by
+  /// shuffles before the block's shared-memory sum. With dX they run in one launch beside the dX rows,
+  /// the strips first. The lanes: the fewest (a power of two, at most 16) that make at most
+  /// tiled_tall_max_strips strips (0 = no tall strips). H100, bf16, graph (docs/NOTES.md entry 94): the
+  /// best of 1..16 lanes was the one giving 48-64 strips at N = 768..4096.
+  std::int64_t tiled_tall_max_strips = 64;
+  /// ... the lanes, fixed (1, 2, 4, 8 or 16; 0 = from tiled_tall_max_strips): probes and tests.
+  int tiled_tall_strip_lanes = 0;
+  /// ... from this M on with dX, and from tiled_tall_gb_min_rows for gamma/beta alone (fewer rows keep
+  /// the bands' strips). H100, bf16 / fp16 / fp32, graph (entry 94), against the built-in plans: tall
+  /// from 128 rows 1.16-1.25x slower with dX at N <= 2048; 256 rows 0.82-0.95x; gamma/beta alone 1.02-1.11x
+  /// at 256 rows and N <= 768, 0.88-1.04x at 384.
+  std::int64_t tiled_tall_min_rows = 256;
+  std::int64_t tiled_tall_gb_min_rows = 384;
+  /// ... rows a thread a block iteration at most (1, 2, 4 or 8; fewer where the block's thread rows cover
+  /// M): 8 rows of 16-byte x and dy take 123-128 registers, which leaves one 512-thread block an SM
+  /// (the dX blocks of a one-launch plan too); 2 rows fit in 64 registers, two blocks an SM.
+  int tiled_tall_strip_max_rows_per_thread = kTallStripMaxRowsPerThread;
+  /// Auto takes tiled on tall strips (with dX: in one launch) over fused, two-pass and the bands' strips
+  /// up to this M (0 = never) and this many bytes of x; a one-launch plan of tall strips is made up to
+  /// this M at any size (when tiled is asked for). H100 (entry 94), the built-in plans against tall
+  /// strips over M = 256..4096 x N = 256..8192: with dX 0.68-0.97x wherever x <= 4 MiB and M <= 2048
+  /// but 2048 x 256 (1.05-1.07x), 1.0-1.45x from 3072 rows and 1.03-1.36x at 8-25 MiB; gamma/beta alone
+  /// 0.82-0.98x there (2048 x 256 / 512 1.02-1.05x; fp32 0.82-0.96x, fp32 with dX 0.79-0.89x).
+  std::int64_t tiled_tall_max_rows = 2048;
+  std::int64_t tiled_tall_max_bytes = std::int64_t(4) << 20;
+  /// ... gamma/beta alone only on at least this many strips: 8 (N = 64, bf16 1024 rows) were 1.11-1.12x
+  /// two-pass (H100 quick sweep, entry 94); 32 (N = 256) 0.83-0.86x.
+  std::int64_t tiled_tall_gb_min_strips = 32;
+  /// dX vectors a thread in a one launch beside tall strips (at most kOneLaunchMaxItems).
+  int tiled_tall_one_launch_items_target = 2;
   // row kernels
   int row_items_target = 4;                  ///< vectors per thread aimed for when sizing a group
   int row_block_threads = 256;               ///< threads per block when several rows share a block (power of 2)
@@ -838,6 +883,7 @@ constexpr int kTiledLongUnrollMaxThreads = 512;
 constexpr int kOneLaunchMaxThreads = 512;
 static_assert(kOneLaunchMaxThreads <= kTiledLongUnrollMaxThreads, "one-launch strips may unroll 16 rows");
 constexpr int kOneLaunchMaxItems = 2;
+static_assert(kTallStripThreads <= kOneLaunchMaxThreads, "tall strips run in dx_and_tiled_kernel's blocks");
 /// Row slices of two-pass at most: pass 1's grid is col_blocks x row_parts, and a grid's y dimension
 /// holds 65535 blocks (a table raising two_pass_target_blocks_per_sm asked for more: a grid that would not launch).
 constexpr std::int64_t kMaxTwoPassParts = 65535;
@@ -849,8 +895,6 @@ constexpr int kReduceRowsPerThread = 8;
 constexpr int kMaxRowStages = 8;
 /// Shared memory the CUDA runtime reserves per resident block (sm_80 and later).
 constexpr int kSmemReservedPerBlock = 1 << 10;
-/// Warp size of the target. NVIDIA: 32 (AMD wavefronts are 64; DeviceFacts::warp_size carries it).
-constexpr int kWarpSize = 32;
 
 /// The planner. `requested` = Auto chooses; anything else is honoured or throws normkit::Error
 /// (e.g. fused for a row too wide for its register layout) -- never a silent substitute.

@@ -57,9 +57,9 @@ __device__ __forceinline__ void accumulate_columns(const BackwardParams<T, W>& p
 /// a single thread row summing all VEC columns serially was slower than the simple kernel at M = 7
 /// (sweep at aa03ba5). Each sum adds the thread rows in order y = 0, 1, ... (same bits every run),
 /// its shared-memory loads unrolled so that they are in flight together. `smem` holds 2 * VEC *
-/// bx * by floats; every thread of the block must call it. The block is bx lanes (8, 16 or 32: the
-/// planner's strips) x by thread rows, this thread (tx, ty) (a 2-D block, or a 1-D one laid out so:
-/// dx_and_tiled_kernel).
+/// bx * by floats; every thread of the block must call it. The block is bx lanes (scalar strips 8, 16 or 32;
+/// vectorised ones 32, or 1..16 when tall, PlannerTable::tiled_tall_strip_lanes) x by thread rows, this
+/// thread (tx, ty) (a 2-D block, or a 1-D one laid out so: dx_and_tiled_kernel); bx a power of two.
 /// A thread row's VEC * bx sums lie in shared memory in column order (a thread's VEC contiguous,
 /// stored 16 bytes at a time), and thread s of the block sums column s: consecutive threads read
 /// consecutive words and emit consecutive columns, so a warp's stores of dgamma / dbeta (tiled) or of
@@ -75,19 +75,39 @@ __device__ __forceinline__ void sum_over_thread_rows(const float (&dgamma)[VEC],
                                                      Emit&& emit) {
   static_assert(VEC == 1 || VEC == 4 || VEC == 8, "column strips of 1 or 16 bytes a lane");
   const int row_columns = bx * VEC, plane = row_columns * by;
-  __syncthreads();  // smem may still be read by a previous call
-  float* const mine = smem + (ty * bx + tx) * VEC;
-  if constexpr (VEC == 1) {
-    mine[0] = dgamma[0];
-    mine[plane] = dbeta[0];
-  } else {
-    // half h of this lane's sums goes to 16-byte slot h ^ swap (slot_of_column); bx is a multiple of 8
-    const int swap = VEC == 8 ? (tx >> 2) & 1 : 0;
+  // Tall vectorised strips (bx < a warp): a warp holds kWarpSize / bx thread rows of the same columns,
+  // folded here by a butterfly of shuffles (every lane of a column ends with the same bits), so that
+  // one thread row a warp goes through shared memory and the column sums below add by * bx / kWarpSize
+  // rows instead of by (512 serial adds a column at one lane). Scalar and warp-wide strips skip it.
+  const bool fold = VEC > 1 && bx < kWarpSize;
+  const int rows_a_warp = fold ? kWarpSize / bx : 1;
+  float g[VEC], b[VEC];
 #pragma unroll
-    for (int h = 0; h < VEC / 4; ++h) {
-      float* const slot = mine + 4 * (h ^ swap);
-      *reinterpret_cast<float4*>(slot) = make_float4(dgamma[4 * h], dgamma[4 * h + 1], dgamma[4 * h + 2], dgamma[4 * h + 3]);
-      *reinterpret_cast<float4*>(slot + plane) = make_float4(dbeta[4 * h], dbeta[4 * h + 1], dbeta[4 * h + 2], dbeta[4 * h + 3]);
+  for (int i = 0; i < VEC; ++i) g[i] = dgamma[i], b[i] = dbeta[i];
+  if (fold) {
+    for (int offset = bx; offset < kWarpSize; offset *= 2)
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        g[i] += __shfl_xor_sync(0xffffffffu, g[i], offset);
+        b[i] += __shfl_xor_sync(0xffffffffu, b[i], offset);
+      }
+  }
+  const int smem_rows = by / rows_a_warp;
+  __syncthreads();  // smem may still be read by a previous call
+  if (ty % rows_a_warp == 0) {
+    float* const mine = smem + (ty / rows_a_warp * bx + tx) * VEC;
+    if constexpr (VEC == 1) {
+      mine[0] = g[0];
+      mine[plane] = b[0];
+    } else {
+      // half h of this lane's sums goes to 16-byte slot h ^ swap (slot_of_column)
+      const int swap = VEC == 8 ? (tx >> 2) & 1 : 0;
+#pragma unroll
+      for (int h = 0; h < VEC / 4; ++h) {
+        float* const slot = mine + 4 * (h ^ swap);
+        *reinterpret_cast<float4*>(slot) = make_float4(g[4 * h], g[4 * h + 1], g[4 * h + 2], g[4 * h + 3]);
+        *reinterpret_cast<float4*>(slot + plane) = make_float4(b[4 * h], b[4 * h + 1], b[4 * h + 2], b[4 * h + 3]);
+      }
     }
   }
   __syncthreads();
@@ -100,7 +120,7 @@ __device__ __forceinline__ void sum_over_thread_rows(const float (&dgamma)[VEC],
     const float* column = smem + which * plane + slot_of_column;
     float total = 0.f;
 #pragma unroll 8
-    for (int y = 0; y < by; ++y) total += column[y * row_columns];  // fixed order
+    for (int y = 0; y < smem_rows; ++y) total += column[y * row_columns];  // fixed order
     emit(which, c, total);
   }
 }

@@ -2,7 +2,10 @@
 // or 16 / 8 lanes where the planner narrows scalar strips, PlannerTable::tiled_min_strip_lanes) walks all
 // M rows with block_y thread rows, rows_per_thread of them unrolled per step (the band:
 // Tile-8/64/128/256 chosen by M in the planner), then reduces its thread rows in shared memory and
-// writes the result directly. Small problems with dX (Plan::one_launch) run the dX rows and the
+// writes the result directly. On vectorised rows from a few hundred rows on the strips are tall (1..16
+// lanes of 16 bytes, 512 / lanes thread rows: ColumnShape::tall_strips, PlannerTable::tiled_tall_max_strips),
+// which gives N = 768..4096 some 48-64 strips and a block iteration hundreds of rows.
+// Small problems with dX (Plan::one_launch) run the dX rows and the
 // column strips as the blocks of one launch (dx_and_tiled_kernel): the two only read x and dy, so
 // they need no order, and the second launch was ~0.7 us of a ~2.6 us call at 32 x 512.
 #include "cuda/column_reduce.cuh"
@@ -27,8 +30,15 @@ __device__ __forceinline__ void tiled_strip(const BackwardParams<T, W>& p, int s
                             });
 }
 
+/// Blocks of at most kTiledLongUnrollMaxThreads threads for the long unrolls (scalar 16 rows, tall
+/// vectorised strips' 4 and 8): their loads need more than the 64 registers of a 1024-thread block.
+template <int RPT, int VEC>
+constexpr int tiled_max_threads() {
+  return RPT > 8 || (VEC > 1 && RPT > 2) ? kTiledLongUnrollMaxThreads : 1024;
+}
+
 template <typename T, typename W, bool kRms, int RPT, int VEC>
-__global__ void __launch_bounds__(RPT > 8 ? kTiledLongUnrollMaxThreads : 1024) gamma_beta_tiled_kernel(const BackwardParams<T, W> p) {
+__global__ void __launch_bounds__(tiled_max_threads<RPT, VEC>()) gamma_beta_tiled_kernel(const BackwardParams<T, W> p) {
   extern __shared__ float smem[];  // 2 * VEC * blockDim.x * blockDim.y
   allow_dependent_launch();
   tiled_strip<T, W, kRms, RPT, VEC>(p, int(blockIdx.x), int(threadIdx.x), int(threadIdx.y), int(blockDim.x),
@@ -36,27 +46,32 @@ __global__ void __launch_bounds__(RPT > 8 ? kTiledLongUnrollMaxThreads : 1024) g
   wait_for_previous_kernel();  // launched next to dX: complete only after it (see common.cuh)
 }
 
-/// Plan::one_launch: blocks [0, dx_blocks) compute dX (the dX kernel's unstaged register-cached
-/// rows, RowShape plan.row laid out over this block size), the rest are the tiled column strips
-/// (scalar strips, RPT rows per thread, up to 16 in these blocks of at most kOneLaunchMaxThreads =
-/// kTiledLongUnrollMaxThreads) in 1-D blocks of strip_lanes x by threads. The strips add in the tiled
-/// kernel's order (dgamma / dbeta: the same bits as the two launches); dX rows follow this launch's
-/// row layout, which may sum a row in another order than the dX kernel's layout (tested against
-/// the reference).
-template <typename T, typename W, bool kRms, int ITEMS, int VEC, int RPT>
+/// Plan::one_launch: dx_blocks blocks compute dX (the dX kernel's unstaged register-cached rows,
+/// RowShape plan.row laid out over this block size), the rest are the tiled column strips (RPT rows
+/// per thread: scalar strips up to 16, tall vectorised ones, COL_VEC > 1, up to 8, in these blocks of
+/// at most kOneLaunchMaxThreads = kTiledLongUnrollMaxThreads) in 1-D blocks of strip_lanes x by
+/// threads. Scalar strips come after the dX blocks; tall strips walk hundreds of rows a block where a
+/// dX block walks a few, so they come first (strips_first) and the dX blocks fill the SMs around
+/// them. The strips add in the tiled kernel's order (dgamma / dbeta: the same bits as the two
+/// launches); dX rows follow this launch's row layout, which may sum a row in another order than the
+/// dX kernel's layout (tested against the reference).
+template <typename T, typename W, bool kRms, int ITEMS, int VEC, int RPT, int COL_VEC>
 __global__ void __launch_bounds__(kOneLaunchMaxThreads)
-    dx_and_tiled_kernel(const BackwardParams<T, W> p, int dx_blocks, int strip_lanes) {
-  extern __shared__ float smem[];  // the strips' 2 * blockDim.x floats
-  if (int(blockIdx.x) < dx_blocks) {
+    dx_and_tiled_kernel(const BackwardParams<T, W> p, int dx_blocks, int strip_lanes, int strips_first) {
+  extern __shared__ float smem[];  // the strips' 2 * COL_VEC * blockDim.x floats
+  const int strip_blocks = int(gridDim.x) - dx_blocks;
+  const int dx_block = strips_first ? int(blockIdx.x) - strip_blocks : int(blockIdx.x);
+  if (dx_block >= 0 && dx_block < dx_blocks) {
     __shared__ float scratch_buffers[GroupScratch::kFloats];
     GroupScratch scratch(scratch_buffers);
-    const RowWalk walk{std::int64_t(blockIdx.x), std::int64_t(dx_blocks), 0, 0, p.cols};
+    const RowWalk walk{std::int64_t(dx_block), std::int64_t(dx_blocks), 0, 0, p.cols};
     dx_cached_rows<false, false, kRms, ITEMS, VEC>(p, RowGroup::of_this_thread(p.threads_per_row), walk, scratch);
     return;
   }
+  const int strip = strips_first ? int(blockIdx.x) : int(blockIdx.x) - dx_blocks;
   const int tid = int(threadIdx.x), lane_shift = __ffs(strip_lanes) - 1;  // a power of two: shifts, no division
-  tiled_strip<T, W, kRms, RPT, 1>(p, int(blockIdx.x) - dx_blocks, tid & (strip_lanes - 1), tid >> lane_shift,
-                                  strip_lanes, int(blockDim.x) >> lane_shift, smem);
+  tiled_strip<T, W, kRms, RPT, COL_VEC>(p, strip, tid & (strip_lanes - 1), tid >> lane_shift, strip_lanes,
+                                        int(blockDim.x) >> lane_shift, smem);
 }
 
 }  // namespace
@@ -90,9 +105,13 @@ void launch_gamma_beta_tiled(const BackwardProblem& p, const Plan& plan, bool pr
       default: fail();
     }
   } else if (c.vec == kVec) {
+    const bool long_unroll = c.rows_per_thread > 2;  // tall strips only (tiled_max_threads)
+    if (long_unroll && (!c.tall_strips() || c.block_x * c.block_y > kTiledLongUnrollMaxThreads)) fail();
     switch (c.rows_per_thread) {
       case 1: launch(IntConst<1>{}, IntConst<kVec>{}); break;
       case 2: launch(IntConst<2>{}, IntConst<kVec>{}); break;
+      case 4: launch(IntConst<4>{}, IntConst<kVec>{}); break;
+      case 8: launch(IntConst<8>{}, IntConst<kVec>{}); break;
       default: fail();
     }
   } else {
@@ -115,19 +134,32 @@ void launch_dx_and_tiled(const BackwardProblem& p, const Plan& plan, cudaStream_
                     ", rows_per_thread = " + std::to_string(c.rows_per_thread) + ", column vec = " + std::to_string(c.vec));
   };
   // The planner's one-launch rule (planner.cpp, one_launch_shape) plans only these instances.
-  if (plan.row.vec != kVec || c.vec != 1 || plan.row.stages != 0 || plan.row.split > 1) fail();
-  auto launch = [&](auto items, auto rpt) {
-    void (*kernel)(BackwardParams<T, W>, int, int) = p.rms ? dx_and_tiled_kernel<T, W, true, items(), kVec, rpt()>
-                                                           : dx_and_tiled_kernel<T, W, false, items(), kVec, rpt()>;
+  const bool tall = c.tall_strips();
+  if (plan.row.vec != kVec || (c.vec != 1 && !(tall && c.vec == kVec)) || plan.row.stages != 0 || plan.row.split > 1)
+    fail();
+  auto launch = [&](auto items, auto rpt, auto col_vec) {
+    void (*kernel)(BackwardParams<T, W>, int, int, int) =
+        p.rms ? dx_and_tiled_kernel<T, W, true, items(), kVec, rpt(), col_vec()>
+              : dx_and_tiled_kernel<T, W, false, items(), kVec, rpt(), col_vec()>;
     launch_kernel(kernel, grid, dim3(threads), smem, stream, LaunchMode{false}, "dx_and_tiled_kernel launch", params,
-                  int(plan.row.blocks), c.block_x);
+                  int(plan.row.blocks), c.block_x, tall ? 1 : 0);
   };
   auto with_items = [&](auto items) {
+    if (tall) {
+      switch (c.rows_per_thread) {
+        case 1: launch(items, IntConst<1>{}, IntConst<kVec>{}); break;
+        case 2: launch(items, IntConst<2>{}, IntConst<kVec>{}); break;
+        case 4: launch(items, IntConst<4>{}, IntConst<kVec>{}); break;
+        case 8: launch(items, IntConst<8>{}, IntConst<kVec>{}); break;
+        default: fail();
+      }
+      return;
+    }
     switch (c.rows_per_thread) {
-      case 1: launch(items, IntConst<1>{}); break;
-      case 4: launch(items, IntConst<4>{}); break;
-      case 8: launch(items, IntConst<8>{}); break;
-      case 16: launch(items, IntConst<16>{}); break;
+      case 1: launch(items, IntConst<1>{}, IntConst<1>{}); break;
+      case 4: launch(items, IntConst<4>{}, IntConst<1>{}); break;
+      case 8: launch(items, IntConst<8>{}, IntConst<1>{}); break;
+      case 16: launch(items, IntConst<16>{}, IntConst<1>{}); break;
       default: fail();
     }
   };

@@ -450,6 +450,26 @@ ColumnShape column_strips(const Problem& p, const PlannerTable& t, bool two_pass
   return c;
 }
 
+/// Lanes of a tall strip (PlannerTable::tiled_tall_max_strips): the table's fixed count, or the fewest
+/// that make at most tiled_tall_max_strips strips (a power of two, at most kTallStripMaxLanes).
+int tall_strip_lanes(const Problem& p, const PlannerTable& t) {
+  if (t.tiled_tall_strip_lanes > 0) return t.tiled_tall_strip_lanes;
+  const std::int64_t vectors = ceil_div(p.cols, vector_width(p));
+  int lanes = 1;
+  while (lanes < kTallStripMaxLanes && ceil_div(vectors, lanes) > t.tiled_tall_max_strips) lanes *= 2;
+  return lanes;
+}
+
+/// Whether tiled takes tall vectorised strips (PlannerTable::tiled_tall_max_strips and the keys after
+/// it): on, 16-byte vectorised rows, at least tiled_tall_min_rows of them (tiled_tall_gb_min_rows
+/// without dX), a vector for every lane.
+bool tall_strips_on(const Problem& p, const PlannerTable& t) {
+  if ((t.tiled_tall_max_strips <= 0 && t.tiled_tall_strip_lanes <= 0) || vector_width(p) == 1 ||
+      p.rows < (p.mask.dx ? t.tiled_tall_min_rows : t.tiled_tall_gb_min_rows))
+    return false;
+  return p.cols >= std::int64_t(tall_strip_lanes(p, t)) * vector_width(p);
+}
+
 ColumnShape tiled_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   ColumnShape c = column_strips(p, t, false);
   // The seed's bands: rows handled per block iteration grow with M so small M wastes no threads.
@@ -466,6 +486,19 @@ ColumnShape tiled_shape(const Problem& p, const DeviceFacts& device, const Plann
   // small M is covered in as few iterations as the kernel's instances allow (scalar strips: 1, 4, 8
   // rows per thread, 16 in blocks of at most kTiledLongUnrollMaxThreads): Tile-8 at M = 32 took four
   // round trips in series where one is enough; Tile-128 at M = 192 took two (8 rows a thread).
+  if (tall_strips_on(p, t)) {
+    // Tall vectorised strips (PlannerTable::tiled_tall_max_strips): the band only names the plan
+    const int width = vector_width(p);
+    c.vec = width;
+    c.block_x = tall_strip_lanes(p, t);
+    c.block_y = kTallStripThreads / c.block_x;
+    c.col_blocks = ceil_div(p.cols, c.columns_per_block());
+    c.rows_per_thread = 1;
+    while (c.rows_per_thread < t.tiled_tall_strip_max_rows_per_thread &&
+           std::int64_t(c.block_y) * c.rows_per_thread < p.rows)
+      c.rows_per_thread *= 2;
+    return c;
+  }
   if (c.vec == 1) {
     // Strips of fewer lanes where the warp-wide ones leave most SMs idle (tiled_min_strip_lanes and
     // the keys after it); the block keeps its threads, so its thread rows double with each halving,
@@ -575,10 +608,13 @@ int fused_cluster_blocks(const Problem& p, const DeviceFacts& device, const Plan
 /// otherwise.
 void one_launch_shape(Plan& out, const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   const int threads = out.columns.block_x * out.columns.block_y;
-  if (!p.mask.dx || !p.mask.any_gamma_beta() || p.rows * p.cols > t.one_launch_max_elements ||
-      vector_width(p) == 1 || out.columns.vec != 1 || threads > kOneLaunchMaxThreads)
+  const bool tall = out.columns.tall_strips();  // up to tiled_tall_max_rows rows, any N
+  if (!p.mask.dx || !p.mask.any_gamma_beta() ||
+      (tall ? p.rows > t.tiled_tall_max_rows : p.rows * p.cols > t.one_launch_max_elements) || vector_width(p) == 1 ||
+      (out.columns.vec != 1 && !tall) || threads > kOneLaunchMaxThreads)
     return;
-  const RowShape rows = row_shape(p, device, t, kOneLaunchMaxItems, threads, threads, t.one_launch_items_target);
+  const RowShape rows = row_shape(p, device, t, kOneLaunchMaxItems, threads, threads,
+                                  tall ? t.tiled_tall_one_launch_items_target : t.one_launch_items_target);
   if (rows.items == 0 || rows.threads_per_row * rows.rows_per_block != threads || threads > max_row_threads(rows.items))
     return;
   out.row = rows;
@@ -614,7 +650,24 @@ bool fused_one_full_launch(const Problem& p, const DeviceFacts& device, const Pl
   return fused_walkers_fill_single_launch(walkers, device, t) && p.rows <= walkers * rows.rows_per_block;
 }
 
+/// Whether auto takes tiled on tall strips (PlannerTable::tiled_tall_max_rows, _max_bytes): rows that
+/// take tall strips, at most tiled_tall_max_rows of them and tiled_tall_max_bytes of x, with dX only
+/// where both run in one launch, without it on at least tiled_tall_gb_min_strips strips.
+bool tall_strips_auto(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+  if (!p.mask.any_gamma_beta() || p.rows > t.tiled_tall_max_rows ||
+      p.rows * p.cols * std::int64_t(dtype_size(p.dtype)) > t.tiled_tall_max_bytes || !tall_strips_on(p, t))
+    return false;
+  if (!p.mask.dx) return ceil_div(ceil_div(p.cols, vector_width(p)), tall_strip_lanes(p, t)) >= t.tiled_tall_gb_min_strips;
+  Plan tiled;
+  tiled.columns = tiled_shape(p, device, t);
+  one_launch_shape(tiled, p, device, t);
+  return tiled.one_launch;
+}
+
 Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+  // Tall strips (with dX: in one launch) before the rest, where measured faster (PlannerTable::
+  // tiled_tall_max_rows: fused, two-pass and the bands' strips 1.03-1.47x their time there, H100).
+  if (tall_strips_auto(p, device, t)) return Strategy::Tiled;
   // With dX, fused saves the unfused second read of x and dy; without it, only launches. Small
   // problems with dX take it where it is one cluster launch (fused_cluster_max_elements / _cols); a
   // fused grid of one block (too few rows for two) lost to dX + tiled (1.2-1.5x at M <= 64, N = 64,
@@ -1011,6 +1064,19 @@ const TableKey kTableKeys[] = {
     key<&Table::tiled_narrow_strips_min_rows>("tiled_narrow_strips_min_rows"),
     key<&Table::tiled_narrow_max_strips_percent>("tiled_narrow_max_strips_percent"),
     key<&Table::tiled256_narrow_max_strips_percent>("tiled256_narrow_max_strips_percent"),
+    key<&Table::tiled_tall_max_strips>("tiled_tall_max_strips"),
+    key<&Table::tiled_tall_min_rows>("tiled_tall_min_rows"),
+    key<&Table::tiled_tall_gb_min_rows>("tiled_tall_gb_min_rows"),
+    key<&Table::tiled_tall_max_rows>("tiled_tall_max_rows"),
+    key<&Table::tiled_tall_max_bytes>("tiled_tall_max_bytes"),
+    key<&Table::tiled_tall_gb_min_strips>("tiled_tall_gb_min_strips"),
+    key_items<&Table::tiled_tall_one_launch_items_target, kOneLaunchMaxItems>("tiled_tall_one_launch_items_target"),
+    key<&Table::tiled_tall_strip_lanes>("tiled_tall_strip_lanes", [](long long v) {
+      return v == 0 || v == 1 || v == 2 || v == 4 || v == 8 || v == 16 ? std::string() : "must be 0, 1, 2, 4, 8 or 16";
+    }),
+    key<&Table::tiled_tall_strip_max_rows_per_thread>("tiled_tall_strip_max_rows_per_thread", [](long long v) {
+      return v == 1 || v == 2 || v == 4 || v == kTallStripMaxRowsPerThread ? std::string() : "must be 1, 2, 4 or 8";
+    }),
     key_items<&Table::row_items_target, kMaxRowItems>("row_items_target"),
     key<&Table::row_block_threads>("row_block_threads", block_threads_check),
     key_at_least_one<&Table::row_blocks_per_sm>("row_blocks_per_sm"),

@@ -433,8 +433,12 @@ void check_columns_common(Context& c, const char* who) {
   ck.expect(s.block_x >= 1 && s.block_y >= 1 && std::int64_t(s.block_x) * s.block_y <= 1024 &&
                 std::int64_t(s.block_x) * s.block_y <= c.d.max_threads_per_block,
             (w + ": column block 1 <= block_x * block_y <= 1024").c_str());
-  if (s.vec == 8)
-    ck.expect(s.block_x % 8 == 0, (w + ": 8-column lanes come in groups of 8 (sum_over_thread_rows' half swap)").c_str());
+  if (s.vec == 8)  // tall strips of fewer lanes: no lane has bit 2 set, the swap never applies
+    ck.expect(s.block_x % 8 == 0 || s.tall_strips(),
+              (w + ": 8-column lanes come in groups of 8 (sum_over_thread_rows' half swap) unless tall").c_str());
+  if (s.tall_strips())
+    ck.expect(pow2(s.block_x) && s.block_x * s.block_y == kTallStripThreads,
+              (w + ": tall strips: a power of two of lanes, kTallStripThreads a block (the warps' fold)").c_str());
   ck.expect(s.col_blocks >= 1 && s.col_blocks <= kMaxGridBlocks, (w + ": 1 <= col_blocks <= kMaxGridBlocks").c_str());
   ck.expect(s.col_blocks * s.block_x * std::int64_t(s.vec) >= c.p.cols,
             (w + ": column strips cover N (col_blocks * block_x * vec >= N)").c_str());
@@ -457,8 +461,11 @@ void check_tiled(Context& c) {
     instance = s.rows_per_thread == 1 || s.rows_per_thread == 4 || s.rows_per_thread == 8 ||
                (s.rows_per_thread == 16 && s.block_x * s.block_y <= kTiledLongUnrollMaxThreads);
   else
-    instance = s.rows_per_thread == 1 || s.rows_per_thread == 2;
-  ck.expect(instance, "tiled: (rows_per_thread, vec) has a gamma_beta_tiled_kernel instance (16 rows only in <= 512-thread blocks)");
+    instance = s.rows_per_thread == 1 || s.rows_per_thread == 2 ||
+               (s.tall_strips() && (s.rows_per_thread == 4 || s.rows_per_thread == 8) &&
+                s.block_x * s.block_y <= kTiledLongUnrollMaxThreads);
+  ck.expect(instance, "tiled: (rows_per_thread, vec) has a gamma_beta_tiled_kernel instance (16 scalar rows, 4 or 8 "
+                      "tall vectorised ones, only in <= 512-thread blocks)");
   check_smem_fits(c, column_smem_bytes(s), c.plan.one_launch ? kRowKernelStaticSmem : 0,
                   "tiled: column shared memory (2 * 4 * block_x * block_y * vec) fits the opt-in maximum",
                   "tiled: column shared memory fits one SM");
@@ -472,14 +479,19 @@ void check_one_launch(Context& c) {
   // (dx_cached_rows stores through p.dx, null when dx is not requested); its strips are checked as
   // the tiled ones below (check_tiled).
   ck.expect(c.plan.mask.dx, "one_launch only with dX (dx_and_tiled_kernel's dX blocks write dx)");
-  ck.expect(r.vec == c.kvec && s.vec == 1 && r.stages == 0 && r.split <= 1,
-            "one_launch: 16-byte dX rows, scalar strips, unstaged, unsplit (launch_dx_and_tiled throws otherwise)");
-  ck.expect(s.rows_per_thread == 1 || s.rows_per_thread == 4 || s.rows_per_thread == 8 || s.rows_per_thread == 16,
+  ck.expect(r.vec == c.kvec && (s.vec == 1 || s.tall_strips()) && r.stages == 0 && r.split <= 1,
+            "one_launch: 16-byte dX rows, scalar or tall strips, unstaged, unsplit (launch_dx_and_tiled throws otherwise)");
+  ck.expect(s.tall_strips() ? s.rows_per_thread == 1 || s.rows_per_thread == 2 || s.rows_per_thread == 4 ||
+                                  s.rows_per_thread == 8
+                            : s.rows_per_thread == 1 || s.rows_per_thread == 4 || s.rows_per_thread == 8 ||
+                                  s.rows_per_thread == 16,
             "one_launch: rows_per_thread has a dx_and_tiled_kernel instance");
   ck.expect(pow2(s.block_x), "one_launch: strip lanes are a power of two (dx_and_tiled_kernel shifts by log2)");
   ck.expect(std::int64_t(r.threads_per_row) * r.rows_per_block == std::int64_t(s.block_x) * s.block_y,
             "one_launch: the dX rows fill the tiled block exactly (rows_per_block * threads_per_row == block_x * block_y)");
   ck.expect(r.blocks + s.col_blocks <= kMaxGridBlocks, "one_launch: row.blocks + col_blocks <= kMaxGridBlocks");
+  ck.expect(column_smem_bytes(s) + kRowKernelStaticSmem <= 48 * 1024,
+            "one_launch: shared memory within the 48 KB a launch has without opting in (launch_dx_and_tiled asks none)");
   check_row_kernel(c, RowKernel::DxAndTiled);
   check_tiled(c);
 }

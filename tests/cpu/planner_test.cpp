@@ -58,6 +58,14 @@ PlannerTable unfused_table() {
   return t;
 }
 
+/// `t` with tall vectorised strips off (PlannerTable::tiled_tall_max_strips), for the tests of the rules
+/// they come before.
+PlannerTable without_tall_strips(PlannerTable t = PlannerTable{}) {
+  t.tiled_tall_max_strips = 0;
+  t.tiled_tall_strip_lanes = 0;
+  return t;
+}
+
 struct SeedCase {
   const char* name;
   bool rms;
@@ -94,7 +102,7 @@ TEST(Planner, SeedCasesRestrictedToTiledMapToTheirBand) {
 }
 
 TEST(Planner, SeedCasesMixedChoiceIsDocumented) {
-  const PlannerTable table = unfused_table();
+  const PlannerTable table = without_tall_strips(unfused_table());  // (tall strips take tile256_bert)
   for (const SeedCase& c : kSeedCases) {
     const Plan plan = normkit::plan(backward(c.m, c.n, c.dtype, {false, true, !c.rms}, c.rms), DeviceFacts::h200(),
                                     Strategy::Auto, table);
@@ -103,11 +111,11 @@ TEST(Planner, SeedCasesMixedChoiceIsDocumented) {
 }
 
 TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
-  const PlannerTable& t = default_planner_table();
-  const PlannerTable unfused = unfused_table();
+  const PlannerTable t = without_tall_strips(default_planner_table());  // tall strips come before fused
+  const PlannerTable unfused = without_tall_strips(unfused_table());
   for (const SeedCase& c : kSeedCases) {
     const Problem p = backward(c.m, c.n, c.dtype, {true, true, !c.rms}, c.rms);
-    const Plan plan = normkit::plan(p, DeviceFacts::h200());
+    const Plan plan = normkit::plan(p, DeviceFacts::h200(), Strategy::Auto, t);
     const std::int64_t row_bytes = c.n * std::int64_t(dtype_size(c.dtype));
     const std::int64_t min_row_bytes = dtype_size(c.dtype) == 4 ? t.fp32_fused_min_row_bytes : t.fused_min_row_bytes;
     if (c.m >= t.fused_min_rows ||
@@ -125,8 +133,8 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
   ASSERT_LT(m, t.fused_min_rows);
   ASSERT_EQ(n % 8, 0);
   ASSERT_GE(2 * n, t.fused_min_row_bytes);
-  auto full = [](std::int64_t rows, std::int64_t cols, DType dt) {
-    return normkit::plan(backward(rows, cols, dt, {true, true, true}), DeviceFacts::h200()).strategy;
+  auto full = [&](std::int64_t rows, std::int64_t cols, DType dt) {
+    return normkit::plan(backward(rows, cols, dt, {true, true, true}), DeviceFacts::h200(), Strategy::Auto, t).strategy;
   };
   EXPECT_EQ(full(m, n, DType::F16), Strategy::Fused);
   EXPECT_NE(full(m, n - 8, DType::F16), Strategy::Fused);      // a vector too few bytes
@@ -138,8 +146,9 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
   EXPECT_NE(full(short_m, short_n, DType::F16), Strategy::Fused);  // bytes and rows enough, rows too short
   EXPECT_EQ(full(short_m, short_n + 8, DType::F16), Strategy::Fused);
   // without dX: from fused_gb_min_rows rows, on rows of at least fused_gb_min_vectors vectors
-  auto gb_only = [](std::int64_t rows, std::int64_t cols) {
-    return normkit::plan(backward(rows, cols, DType::F16, {false, true, true}), DeviceFacts::h200()).strategy;
+  auto gb_only = [&](std::int64_t rows, std::int64_t cols) {
+    return normkit::plan(backward(rows, cols, DType::F16, {false, true, true}), DeviceFacts::h200(), Strategy::Auto, t)
+        .strategy;
   };
   const std::int64_t long_row = t.fused_gb_min_vectors * 8;  // fp16: 8 columns a vector
   ASSERT_LT(m, t.fused_gb_min_rows);
@@ -152,13 +161,14 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
   // at most fused_gb_max_split blocks (N = 16384 fp16: 2), and only where the device has clusters
   ASSERT_EQ(t.fused_gb_max_split, 2);
   EXPECT_EQ(gb_only(t.fused_gb_min_rows, 16384), Strategy::Fused);
-  EXPECT_EQ(normkit::plan(backward(t.fused_gb_min_rows, 16384), DeviceFacts::h200()).row.split, 2);
+  EXPECT_EQ(normkit::plan(backward(t.fused_gb_min_rows, 16384), DeviceFacts::h200(), Strategy::Auto, t).row.split, 2);
   EXPECT_NE(gb_only(t.fused_gb_min_rows - 1, 16384), Strategy::Fused);
   EXPECT_NE(gb_only(t.fused_gb_min_rows, 16392), Strategy::Fused);  // 3 blocks
   EXPECT_NE(gb_only(1 << 16, 32768), Strategy::Fused);
   DeviceFacts no_clusters = DeviceFacts::h200();
   no_clusters.max_cluster_blocks = no_clusters.max_nonportable_cluster_blocks = 0;
-  EXPECT_NE(normkit::plan(backward(t.fused_gb_min_rows, 16384), no_clusters).strategy, Strategy::Fused);
+  EXPECT_NE(normkit::plan(backward(t.fused_gb_min_rows, 16384), no_clusters, Strategy::Auto, t).strategy,
+            Strategy::Fused);
   PlannerTable never_split = t;
   never_split.fused_gb_max_split = 1;
   EXPECT_NE(normkit::plan(backward(t.fused_gb_min_rows, 16384), DeviceFacts::h200(), Strategy::Auto, never_split).strategy,
@@ -193,7 +203,9 @@ TEST(Planner, TiledBandBoundaries) {
     if (threads <= kTiledLongUnrollMaxThreads) EXPECT_GE(plan.columns.rows_per_iteration(), e.m) << "M = " << e.m;
     else EXPECT_LE(plan.columns.rows_per_thread, 8) << "M = " << e.m;
     // vectorised strips (wide rows): the same bands, at most 2 rows unrolled per thread (8 columns each)
-    const Plan vectorised = normkit::plan(backward(e.m, 65536), DeviceFacts::h200(), Strategy::Tiled);
+    // (warp-wide ones: tall strips off)
+    const Plan vectorised =
+        normkit::plan(backward(e.m, 65536), DeviceFacts::h200(), Strategy::Tiled, without_tall_strips());
     ASSERT_EQ(vectorised.columns.vec, 8) << "M = " << e.m;
     EXPECT_EQ(vectorised.columns.band, e.band) << "M = " << e.m;
     EXPECT_EQ(vectorised.columns.block_y, plan.columns.block_y) << "M = " << e.m;
@@ -202,7 +214,7 @@ TEST(Planner, TiledBandBoundaries) {
 }
 
 TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
-  const PlannerTable t = unfused_table();
+  const PlannerTable t = without_tall_strips(unfused_table());  // the bands' strips against two-pass
   const DeviceFacts h200 = DeviceFacts::h200();
   auto strategy = [&](std::int64_t m, std::int64_t n) { return normkit::plan(backward(m, n), h200, Strategy::Auto, t).strategy; };
   // simple up to simple_max_rows
@@ -280,7 +292,7 @@ TEST(Planner, MixedCutOversAtDocumentedBoundaries) {
 // NOTES entry 68: LayerNorm rows of 512-1536 bytes are fused with dX by the byte rule only from
 // ln_fused_mid_rows_min_bytes, unless the fused grid is one full launch of a row group a block.
 TEST(Planner, LayerNormMidRowsFusedFromTheirOwnBytesOrOneFullLaunch) {
-  const PlannerTable& t = default_planner_table();
+  const PlannerTable t = without_tall_strips(default_planner_table());  // tall strips come before fused
   const DeviceFacts h200 = DeviceFacts::h200();
   ASSERT_EQ(t.ln_fused_mid_rows_min_row_bytes, 512);
   ASSERT_EQ(t.ln_fused_mid_rows_max_row_bytes, 1536);
@@ -310,7 +322,7 @@ TEST(Planner, LayerNormMidRowsFusedFromTheirOwnBytesOrOneFullLaunch) {
 // The sweep-measured rules (docs/NOTES.md, entry 9): very wide scalar rows take simple, narrow rows with
 // huge M take fused, unaligned rows take fused only when tiny.
 TEST(Planner, SweepRulesForWideRowsNarrowRowsAndUnalignedRows) {
-  PlannerTable t;
+  PlannerTable t = without_tall_strips();  // (tall strips come before these rules)
   t.fused_cluster_max_elements = 0;  // the rules for problems too large for one cluster launch
   const DeviceFacts h200 = DeviceFacts::h200();
   auto strategy = [&](std::int64_t m, std::int64_t n, DType dt = DType::BF16) {  // full backward (dX too)
@@ -1874,7 +1886,7 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   };
   // the staged walk's rules (RMSNorm forwards of rms_forward_packed_min_bytes take the packed walk:
   // PackedRmsForwardRowsFromTheTablesByteCount)
-  PlannerTable staged = without_block_rows();
+  PlannerTable staged = without_tall_strips(without_block_rows());  // (256 x 1024 with dX: tall strips, OneLaunch)
   staged.rms_forward_packed_min_bytes = std::numeric_limits<std::int64_t>::max();
   staged.forward_short_rows_min_bytes = std::numeric_limits<std::int64_t>::max();  // (ShortForwardRowsTakeTheShortRowWalk)
   for (const Expected& e : cases) {
@@ -1904,13 +1916,16 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   // Short vectorised rows take fused from fused_short_row_min_rows rows (with and without dX), with
   // dX also from fused_short_row_dx_min_bytes of x (LayerNorm, 8192 x 64 bf16); unvectorised ones
   // (N = 1) and fewer rows keep two-pass.
-  EXPECT_EQ(plan(backward(16384, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::Fused);
-  EXPECT_EQ(plan(backward(16384, 64, DType::BF16), h200).strategy, Strategy::Fused);
-  EXPECT_EQ(plan(backward(4097, 64, DType::BF16), h200).strategy, Strategy::TwoPass);
-  EXPECT_EQ(plan(backward(8192, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::Fused);
-  EXPECT_EQ(plan(backward(8191, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::TwoPass);
-  EXPECT_EQ(plan(backward(2048, 64, DType::BF16, {true, true, false}, true), h200).strategy, Strategy::Fused);
-  EXPECT_EQ(plan(backward(16384, 1, DType::BF16, {true, true, true}), h200).strategy, Strategy::TwoPass);
+  // (tall strips off: they take 2048 x 64 first)
+  const PlannerTable no_tall = without_tall_strips(default_planner_table());
+  auto short_rows = [&](const Problem& p) { return plan(p, h200, Strategy::Auto, no_tall).strategy; };
+  EXPECT_EQ(short_rows(backward(16384, 64, DType::BF16, {true, true, true})), Strategy::Fused);
+  EXPECT_EQ(short_rows(backward(16384, 64, DType::BF16)), Strategy::Fused);
+  EXPECT_EQ(short_rows(backward(4097, 64, DType::BF16)), Strategy::TwoPass);
+  EXPECT_EQ(short_rows(backward(8192, 64, DType::BF16, {true, true, true})), Strategy::Fused);
+  EXPECT_EQ(short_rows(backward(8191, 64, DType::BF16, {true, true, true})), Strategy::TwoPass);
+  EXPECT_EQ(short_rows(backward(2048, 64, DType::BF16, {true, true, false}, true)), Strategy::Fused);
+  EXPECT_EQ(short_rows(backward(16384, 1, DType::BF16, {true, true, true})), Strategy::TwoPass);
   // A table can turn each rule off.
   PlannerTable off = staged;
   off.small_grid_blocks = 0;
@@ -2052,7 +2067,8 @@ TEST(Planner, OneLaunchForSmallTiledPlansWithDx) {
   const PlannerTable t;
   EXPECT_TRUE(plan(backward(t.one_launch_max_elements / 4096, 4096, DType::F16, full), h200, Strategy::Tiled).one_launch);
   EXPECT_FALSE(plan(backward(t.one_launch_max_elements / 4096 + 1, 4096, DType::F16, full), h200, Strategy::Tiled).one_launch);
-  EXPECT_FALSE(plan(backward(256, 512, DType::F16, full), h200, Strategy::Tiled).one_launch);  // Tile-256: 1024 threads
+  EXPECT_FALSE(plan(backward(256, 512, DType::F16, full), h200, Strategy::Tiled, without_tall_strips())
+                   .one_launch);  // Tile-256: 1024 threads (tall strips off: theirs are 512)
   Problem unaligned = backward(32, 511, DType::F16, full);
   EXPECT_FALSE(plan(unaligned, h200).one_launch);
   EXPECT_FALSE(plan(backward(8, 8192, DType::F16, full), h200, Strategy::Tiled).one_launch);  // 8 items a thread at 256 threads
@@ -2134,30 +2150,32 @@ TEST(Planner, ColumnStripsReadSixteenBytesPerLaneWhenRowsAreVectorised) {
   p.rows = 2048;
   p.cols = 65536;
   p.dtype = p.weight_dtype = DType::BF16;
+  const PlannerTable no_tall = without_tall_strips();  // warp-wide strips
   for (Strategy s : {Strategy::Tiled, Strategy::TwoPass}) {
-    const Plan vectorised = normkit::plan(p, DeviceFacts::h200(), s);
+    const Plan vectorised = normkit::plan(p, DeviceFacts::h200(), s, no_tall);
     EXPECT_EQ(vectorised.columns.vec, 8) << vectorised.describe();
     EXPECT_EQ(vectorised.columns.col_blocks, 65536 / (32 * 8)) << vectorised.describe();
     EXPECT_LE(vectorised.columns.rows_per_thread, 2) << "64 registers of a 1024-thread block";
     Problem unaligned = p;
     unaligned.rows_vector_aligned = false;
-    const Plan scalar = normkit::plan(unaligned, DeviceFacts::h200(), s);
+    const Plan scalar = normkit::plan(unaligned, DeviceFacts::h200(), s, no_tall);
     EXPECT_EQ(scalar.columns.vec, 1) << scalar.describe();
     EXPECT_EQ(scalar.columns.col_blocks, 65536 / 32) << scalar.describe();
   }
   // two-pass splits M into more parts when the vectorised strips are fewer
-  const Plan two_pass = normkit::plan(p, DeviceFacts::h200(), Strategy::TwoPass);
+  const Plan two_pass = normkit::plan(p, DeviceFacts::h200(), Strategy::TwoPass, no_tall);
   EXPECT_GE(two_pass.columns.col_blocks * two_pass.columns.row_parts, DeviceFacts::h200().sm_count);
   EXPECT_EQ(two_pass.workspace_bytes, std::size_t(two_pass.columns.row_parts) * 65536 * 2 * sizeof(float));
   // float32 rows: 4 columns per lane
   p.dtype = p.weight_dtype = DType::F32;
-  EXPECT_EQ(normkit::plan(p, DeviceFacts::h200(), Strategy::Tiled).columns.vec, 4);
+  EXPECT_EQ(normkit::plan(p, DeviceFacts::h200(), Strategy::Tiled, no_tall).columns.vec, 4);
 }
 
 TEST(Planner, ScalarTiledStripsNarrowWhereTheyLeaveSmsIdle) {
   const DeviceFacts h200 = DeviceFacts::h200();
   // the built-in table: 16 lanes from 129 rows on, while the strips are at most 25 % of the SMs (Tile-256: 50 %)
-  const auto lanes_of = [&](const Problem& p, const PlannerTable& t = PlannerTable{}) {
+  // (tall strips off throughout: they take vectorised rows from 256 / 384 rows first)
+  const auto lanes_of = [&](const Problem& p, const PlannerTable& t = without_tall_strips()) {
     return normkit::plan(p, h200, Strategy::Tiled, t).columns.block_x;
   };
   EXPECT_EQ(lanes_of(backward(192, 1024, DType::BF16, {true, true, true})), 16);
@@ -2167,10 +2185,10 @@ TEST(Planner, ScalarTiledStripsNarrowWhereTheyLeaveSmsIdle) {
   EXPECT_EQ(lanes_of(backward(96, 768)), kWarpSize);
   EXPECT_EQ(lanes_of(backward(255, 4096)), kWarpSize) << "128 strips: nearly every SM has one";
   EXPECT_EQ(lanes_of(backward(192, 4000)), kWarpSize);
-  PlannerTable warp_wide;
+  PlannerTable warp_wide = without_tall_strips();
   warp_wide.tiled_min_strip_lanes = kWarpSize;
   EXPECT_EQ(lanes_of(backward(200, 2000)), kWarpSize) << "63 strips: most SMs have one";
-  PlannerTable narrow;
+  PlannerTable narrow = without_tall_strips();
   narrow.tiled_narrow_strips_min_rows = 0;
   narrow.tiled_narrow_max_strips_percent = narrow.tiled256_narrow_max_strips_percent = 100;
   for (int lanes : {32, 16, 8}) {
@@ -2195,7 +2213,7 @@ TEST(Planner, ScalarTiledStripsNarrowWhereTheyLeaveSmsIdle) {
   }
   // the built-in shares of the SM count (25 %, Tile-256 50 %) with 8 lanes allowed: a strip count
   // above the share stays as it is
-  PlannerTable eight;
+  PlannerTable eight = without_tall_strips();
   eight.tiled_min_strip_lanes = 8;
   EXPECT_EQ(lanes_of(backward(192, 8192), eight), kWarpSize);
   EXPECT_EQ(lanes_of(backward(192, 1024), eight), 16);
@@ -2215,7 +2233,8 @@ TEST(Planner, ScalarTiledStripsNarrowWhereTheyLeaveSmsIdle) {
             normkit::plan(backward(1, 1024), h200, Strategy::Simple).columns.block_x);
   // gamma/beta alone: narrowed strips count as what they are against two-pass, below
   // column_vec_two_pass_min_rows rows (two_pass_min_rows_per_narrow_strip, the measured crossovers)
-  const auto auto_gb = [&](std::int64_t m, std::int64_t n, DType d = DType::BF16, const PlannerTable& t = PlannerTable{}) {
+  const auto auto_gb = [&](std::int64_t m, std::int64_t n, DType d = DType::BF16,
+                           const PlannerTable& t = without_tall_strips()) {
     return normkit::plan(backward(m, n, d), h200, Strategy::Auto, t).strategy;
   };
   EXPECT_EQ(auto_gb(384, 264), Strategy::Tiled);
@@ -2241,7 +2260,7 @@ TEST(Planner, ScalarTiledStripsNarrowWhereTheyLeaveSmsIdle) {
 }
 
 TEST(Planner, ColumnStripsAreVectorisedOnlyWhereMeasuredFaster) {
-  const PlannerTable t;
+  const PlannerTable t = without_tall_strips();  // the warp-wide strips' rule
   const DeviceFacts h200 = DeviceFacts::h200();
   auto vec = [&](std::int64_t m, std::int64_t n, Strategy s) {
     return normkit::plan(backward(m, n, DType::BF16), h200, s, t).columns.vec;
@@ -2258,6 +2277,84 @@ TEST(Planner, ColumnStripsAreVectorisedOnlyWhereMeasuredFaster) {
   EXPECT_EQ(vec(7, t.column_vec_min_cols, Strategy::Tiled), 8);
   EXPECT_EQ(vec(7, t.column_vec_min_cols / 2, Strategy::Tiled), 1);
   EXPECT_EQ(vec(1024, t.column_vec_min_cols, Strategy::TwoPass), 8);
+}
+
+// Tall vectorised strips (PlannerTable::tiled_tall_max_strips, docs/NOTES.md entry 94): on 16-byte
+// vectorised rows from 256 rows with dX (384 without), fewer 16-byte lanes than a warp, at most 64
+// strips; auto takes them (with dX: in one launch) up to 2048 rows and 4 MiB of x.
+TEST(Planner, TallStripsTakeTiledWhereMeasuredFaster) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  const Mask full{true, true, true}, gb{false, true, true};
+  auto auto_plan = [&](std::int64_t m, std::int64_t n, DType dt, Mask mask) {
+    return plan(backward(m, n, dt, mask), h200);
+  };
+  // bert, fp16 with dX: 96 vectors -> 2 lanes, 48 strips; 256 thread rows; dX beside them, 2 items
+  const Plan bert = auto_plan(1024, 768, DType::F16, full);
+  EXPECT_EQ(bert.strategy, Strategy::Tiled) << bert.describe();
+  EXPECT_TRUE(bert.one_launch);
+  EXPECT_TRUE(bert.columns.tall_strips());
+  EXPECT_EQ(bert.columns.vec, 8);
+  EXPECT_EQ(bert.columns.block_x, 2);
+  EXPECT_EQ(bert.columns.block_y, 256);
+  EXPECT_EQ(bert.columns.col_blocks, 48);
+  EXPECT_EQ(bert.columns.rows_per_thread, 4);  // 256 x 4 rows cover M in one block iteration
+  EXPECT_EQ(bert.row.items, 2);
+  EXPECT_EQ(bert.row.threads_per_row * bert.row.rows_per_block, bert.columns.block_x * bert.columns.block_y);
+  // gamma/beta alone, bf16 N = 4096: 512 vectors -> 8 lanes, 64 strips of 64 thread rows. 1024 x 4096 is
+  // 8 MiB of x, past tiled_tall_max_bytes: tall when tiled is asked for; auto takes them at 512 x 4096 (4 MiB)
+  const Plan gb_tiled = plan(backward(1024, 4096, DType::BF16, gb), h200, Strategy::Tiled);
+  EXPECT_EQ(gb_tiled.strategy, Strategy::Tiled);
+  EXPECT_TRUE(gb_tiled.columns.tall_strips());
+  EXPECT_EQ(gb_tiled.columns.block_x, 8);
+  EXPECT_EQ(gb_tiled.columns.block_y, 64);
+  EXPECT_EQ(gb_tiled.columns.col_blocks, 64);
+  EXPECT_FALSE(gb_tiled.one_launch);
+  EXPECT_FALSE(auto_plan(1024, 4096, DType::BF16, gb).columns.tall_strips());
+  const Plan gb_auto = auto_plan(512, 4096, DType::BF16, gb);
+  EXPECT_EQ(gb_auto.strategy, Strategy::Tiled);
+  EXPECT_TRUE(gb_auto.columns.tall_strips());
+  EXPECT_EQ(gb_auto.columns.col_blocks, 64);
+  EXPECT_FALSE(gb_auto.one_launch);
+  // the boundaries: 4 MiB of x, 2048 rows, 256 rows with dX, 384 without
+  const Plan at_bytes = auto_plan(2048, 1024, DType::BF16, full);
+  EXPECT_EQ(at_bytes.strategy, Strategy::Tiled);
+  EXPECT_TRUE(at_bytes.columns.tall_strips());
+  EXPECT_TRUE(at_bytes.one_launch);
+  EXPECT_NE(auto_plan(2048, 1032, DType::BF16, full).strategy, Strategy::Tiled);  // a vector past 4 MiB
+  EXPECT_NE(auto_plan(2049, 512, DType::BF16, full).strategy, Strategy::Tiled);
+  EXPECT_TRUE(plan(backward(2048, 4096, DType::BF16, full), h200, Strategy::Tiled).one_launch);  // asked: any N
+  EXPECT_FALSE(plan(backward(2049, 512, DType::BF16, full), h200, Strategy::Tiled).one_launch);
+  EXPECT_FALSE(auto_plan(255, 1024, DType::BF16, full).columns.tall_strips());
+  EXPECT_FALSE(plan(backward(255, 1024, DType::BF16, full), h200, Strategy::Tiled).columns.tall_strips());
+  EXPECT_TRUE(plan(backward(256, 1024, DType::BF16, full), h200, Strategy::Tiled).columns.tall_strips());
+  EXPECT_FALSE(auto_plan(383, 1024, DType::BF16, gb).columns.tall_strips());
+  EXPECT_FALSE(plan(backward(383, 1024, DType::BF16, gb), h200, Strategy::Tiled).columns.tall_strips());
+  const Plan gb_at_rows = auto_plan(384, 1024, DType::BF16, gb);
+  EXPECT_EQ(gb_at_rows.strategy, Strategy::Tiled);
+  EXPECT_TRUE(gb_at_rows.columns.tall_strips());
+  // rows that are not 16-byte vectorised keep the bands' strips
+  EXPECT_FALSE(auto_plan(1024, 1001, DType::F16, full).columns.tall_strips());
+  EXPECT_FALSE(plan(backward(1024, 1001, DType::F16, full), h200, Strategy::Tiled).columns.tall_strips());
+  // fp32: 4 columns a lane, 192 vectors -> 4 lanes, 48 strips
+  const Plan fp32 = auto_plan(1024, 768, DType::F32, full);
+  EXPECT_EQ(fp32.strategy, Strategy::Tiled);
+  EXPECT_TRUE(fp32.columns.tall_strips());
+  EXPECT_TRUE(fp32.one_launch);
+  EXPECT_EQ(fp32.columns.vec, 4);
+  EXPECT_EQ(fp32.columns.block_x, 4);
+  EXPECT_EQ(fp32.columns.col_blocks, 48);
+  // the table turns them off: the previous rule (fused, one full launch) again
+  EXPECT_EQ(plan(backward(1024, 768, DType::F16, full), h200, Strategy::Auto, without_tall_strips()).strategy,
+            Strategy::Fused);
+  EXPECT_FALSE(plan(backward(1024, 768, DType::F16, full), h200, Strategy::Tiled, without_tall_strips())
+                   .columns.tall_strips());
+  // gamma/beta alone on too few strips stays with two-pass (tiled_tall_gb_min_strips); with dX tall
+  const Plan gb_narrow = normkit::plan(backward(1024, 64, DType::BF16, {false, true, true}), DeviceFacts::h200());
+  EXPECT_NE(gb_narrow.strategy, Strategy::Tiled) << gb_narrow.describe();
+  const Plan gb_256 = normkit::plan(backward(1024, 256, DType::BF16, {false, true, true}), DeviceFacts::h200());
+  EXPECT_TRUE(gb_256.strategy == Strategy::Tiled && gb_256.columns.tall_strips()) << gb_256.describe();
+  const Plan dx_narrow = normkit::plan(backward(1024, 64, DType::BF16, {true, true, true}), DeviceFacts::h200());
+  EXPECT_TRUE(dx_narrow.strategy == Strategy::Tiled && dx_narrow.one_launch) << dx_narrow.describe();
 }
 
 // ExecConfig::table reaches the planner of a call (the bench's --tune times plans with it).

@@ -351,8 +351,9 @@ TEST_P(NarrowStrips, MatchReferenceWithTheSameBitsEveryRun) {
   const auto hc = make_host_case(spec);
   const DeviceCase dc = upload_case(*hc, test_stream());
   const RefBackward ref = reference_backward(*hc);
-  PlannerTable warp_wide;
+  PlannerTable warp_wide;  // tall strips off: these are the scalar strips' cases
   warp_wide.tiled_min_strip_lanes = kWarpSize;
+  warp_wide.tiled_tall_max_strips = 0;
   for (Mask mask : {spec.full_mask(), Mask{false, true, !spec.rms}}) {
     const BackwardOut wide = gpu_backward(*hc, dc, mask, Strategy::Tiled, test_stream(), WsMode::Explicit, &warp_wide);
     ASSERT_TRUE(wide.ran) << wide.why_not;
@@ -362,6 +363,7 @@ TEST_P(NarrowStrips, MatchReferenceWithTheSameBitsEveryRun) {
     for (int lanes : {16, 8}) {
       SCOPED_TRACE(std::to_string(lanes) + " lanes, " + mask_id(mask));
       PlannerTable table;
+      table.tiled_tall_max_strips = 0;
       table.tiled_min_strip_lanes = lanes;
       table.tiled_narrow_strips_min_rows = 0;
       table.tiled_narrow_max_strips_percent = table.tiled256_narrow_max_strips_percent = 100;
@@ -387,6 +389,65 @@ INSTANTIATE_TEST_SUITE_P(Dispatch, NarrowStrips,
                                                            DT::F32),
                                          rms_spec("narrow_rms_M7_N1001_f16", 7, 1001, DT::F16),
                                          padded(ln_spec("narrow_ln_M150_N264_f16_padded", 150, 264, DT::F16), 8)),
+                         spec_name);
+
+// ---- tall vectorised strips (PlannerTable::tiled_tall_strip_lanes): 1..16 lanes of 16 bytes and
+// kTallStripThreads / lanes thread rows, the warps' thread rows folded by shuffles; with dX in one
+// launch (strips first) and in two, gamma/beta alone, every rows-a-thread instance (M = 1 .. several
+// block iterations), a last strip with lanes past N, fp32 rows and weights, padded rows ----
+
+class TallStrips : public testing::TestWithParam<Spec> {};
+
+TEST_P(TallStrips, MatchReferenceWithTheSameBitsEveryRunInOneLaunchOrTwo) {
+  const Spec& spec = GetParam();
+  const auto hc = make_host_case(spec);
+  const DeviceCase dc = upload_case(*hc, test_stream());
+  const RefBackward ref = reference_backward(*hc);
+  const int vec = int(16 / dtype_size(spec.dtype));
+  int lanes_run = 0;
+  for (int lanes : {1, 2, 4, 8, 16}) {
+    if (spec.N < std::int64_t(lanes) * vec) continue;  // no vector for every lane: tall strips not taken
+    ++lanes_run;
+    PlannerTable one_launch, two_launches;
+    one_launch.tiled_tall_strip_lanes = two_launches.tiled_tall_strip_lanes = lanes;
+    one_launch.tiled_tall_min_rows = two_launches.tiled_tall_min_rows = 0;
+    one_launch.tiled_tall_gb_min_rows = two_launches.tiled_tall_gb_min_rows = 0;
+    one_launch.tiled_tall_max_rows = std::int64_t(1) << 40;
+    two_launches.tiled_tall_max_rows = 0;
+    for (Mask mask : {spec.full_mask(), Mask{false, true, !spec.rms}, Mask{true, false, !spec.rms}, Mask{true, true, false}}) {
+      if (!mask.any_gamma_beta()) continue;  // RMSNorm without dweight
+      SCOPED_TRACE(std::to_string(lanes) + " lanes, " + mask_id(mask));
+      const BackwardOut out = gpu_backward(*hc, dc, mask, Strategy::Tiled, test_stream(), WsMode::Explicit, &one_launch);
+      ASSERT_TRUE(out.ran) << out.why_not;
+      ASSERT_TRUE(out.plan.columns.tall_strips()) << out.plan.describe();
+      ASSERT_EQ(out.plan.columns.block_x, lanes) << out.plan.describe();
+      EXPECT_EQ(out.plan.one_launch, mask.dx) << out.plan.describe();
+      expect_backward_matches(*hc, out, ref);
+      for (int run = 1; run < 3 && !HasFailure(); ++run)
+        expect_same_bits(out, gpu_backward(*hc, dc, mask, Strategy::Tiled, test_stream(), WsMode::Explicit, &one_launch),
+                         "run " + std::to_string(run));
+      if (!mask.dx) continue;
+      const BackwardOut two = gpu_backward(*hc, dc, mask, Strategy::Tiled, test_stream(), WsMode::Explicit, &two_launches);
+      ASSERT_TRUE(two.ran) << two.why_not;
+      ASSERT_FALSE(two.plan.one_launch) << two.plan.describe();
+      expect_backward_matches(*hc, two, ref);
+      EXPECT_TRUE(out.dweight.bytes == two.dweight.bytes) << "dweight: one launch vs dX + tiled";
+      EXPECT_TRUE(out.dbias.bytes == two.dbias.bytes) << "dbias: one launch vs dX + tiled";
+    }
+  }
+  EXPECT_GT(lanes_run, 0) << "no lane count fits N = " << spec.N;
+}
+
+INSTANTIATE_TEST_SUITE_P(Dispatch, TallStrips,
+                         testing::Values(ln_spec("tall_ln_M1024_N768_f16", 1024, 768, DT::F16),
+                                         rms_spec("tall_rms_M4096_N1024_bf16", 4096, 1024, DT::BF16),
+                                         ln_spec("tall_ln_M5000_N1000_bf16", 5000, 1000, DT::BF16),
+                                         ln_spec("tall_ln_M1_N512_bf16", 1, 512, DT::BF16),
+                                         ln_spec("tall_ln_M130_N264_f16", 130, 264, DT::F16),
+                                         ln_spec("tall_ln_M300_N2048_f32", 300, 2048, DT::F32),
+                                         with_weight_dtype(rms_spec("tall_rms_M777_N640_bf16_w32", 777, 640, DT::BF16),
+                                                           DT::F32),
+                                         padded(ln_spec("tall_ln_M2049_N256_f16_padded", 2049, 256, DT::F16), 8)),
                          spec_name);
 
 // The forward's small-grid walk (unstaged, up to 2 vectors a thread; forward.cu) sums a row in one
