@@ -424,8 +424,10 @@ struct PlannerTable {
   /// 0.82-0.98x there (2048 x 256 / 512 1.02-1.05x; fp32 0.82-0.96x, fp32 with dX 0.79-0.89x).
   std::int64_t tiled_tall_max_rows = 2048;
   std::int64_t tiled_tall_max_bytes = std::int64_t(4) << 20;
-  /// ... gamma/beta alone only on at least this many strips: 8 (N = 64, bf16 1024 rows) were 1.11-1.12x
-  /// two-pass (H100 quick sweep, entry 94); 32 (N = 256) 0.83-0.86x.
+  /// ... on at least this many strips with dX, tiled_tall_gb_min_strips without: H200, 1024 rows (entry
+  /// 94), with dX 8 strips (N = 64, 16-bit) 1.03-1.08x two-pass, 16 (N = 128) 0.93-0.98x; gamma/beta alone
+  /// 8 strips 1.11-1.15x two-pass (H100 and H200 quick sweeps), 32 (N = 256) 0.85-0.89x.
+  std::int64_t tiled_tall_min_strips = 16;
   std::int64_t tiled_tall_gb_min_strips = 32;
   /// dX vectors a thread in a one launch beside tall strips (at most kOneLaunchMaxItems).
   int tiled_tall_one_launch_items_target = 2;

@@ -652,12 +652,15 @@ bool fused_one_full_launch(const Problem& p, const DeviceFacts& device, const Pl
 
 /// Whether auto takes tiled on tall strips (PlannerTable::tiled_tall_max_rows, _max_bytes): rows that
 /// take tall strips, at most tiled_tall_max_rows of them and tiled_tall_max_bytes of x, with dX only
-/// where both run in one launch, without it on at least tiled_tall_gb_min_strips strips.
+/// where both run in one launch, on at least tiled_tall_min_strips strips (tiled_tall_gb_min_strips
+/// without dX).
 bool tall_strips_auto(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   if (!p.mask.any_gamma_beta() || p.rows > t.tiled_tall_max_rows ||
       p.rows * p.cols * std::int64_t(dtype_size(p.dtype)) > t.tiled_tall_max_bytes || !tall_strips_on(p, t))
     return false;
-  if (!p.mask.dx) return ceil_div(ceil_div(p.cols, vector_width(p)), tall_strip_lanes(p, t)) >= t.tiled_tall_gb_min_strips;
+  const std::int64_t strips = ceil_div(ceil_div(p.cols, vector_width(p)), tall_strip_lanes(p, t));
+  if (strips < (p.mask.dx ? t.tiled_tall_min_strips : t.tiled_tall_gb_min_strips)) return false;
+  if (!p.mask.dx) return true;
   Plan tiled;
   tiled.columns = tiled_shape(p, device, t);
   one_launch_shape(tiled, p, device, t);
@@ -731,9 +734,15 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   if (t.fused_enabled && (fused_size || dx_streams) && fused_layout && fused_rows && !wide_unfused) return Strategy::Fused;
   // dX and tiled strips in one launch beat simple (dX + a second launch) on the few rows simple takes
   // (bf16 sweep at 4345a27, full backward, M = 1: 1.53 vs 1.79 us at N = 64, 1.65 vs 1.85 at 768).
+  // The rules from here on were measured on the bands' strips: they see those (tall strips were
+  // asked above; a tiled plan still takes them where they apply, faster than the bands' everywhere
+  // measured from 384 rows, entry 94).
+  PlannerTable bands = t;
+  bands.tiled_tall_max_strips = 0;
+  bands.tiled_tall_strip_lanes = 0;
   Plan tiled;
-  tiled.columns = tiled_shape(p, device, t);
-  one_launch_shape(tiled, p, device, t);
+  tiled.columns = tiled_shape(p, device, bands);
+  one_launch_shape(tiled, p, device, bands);
   if (tiled.one_launch) return Strategy::Tiled;
   // simple_min_cols was measured against scalar strips (one column per lane); vectorised strips read
   // whole sectors themselves.
@@ -1069,6 +1078,7 @@ const TableKey kTableKeys[] = {
     key<&Table::tiled_tall_gb_min_rows>("tiled_tall_gb_min_rows"),
     key<&Table::tiled_tall_max_rows>("tiled_tall_max_rows"),
     key<&Table::tiled_tall_max_bytes>("tiled_tall_max_bytes"),
+    key<&Table::tiled_tall_min_strips>("tiled_tall_min_strips"),
     key<&Table::tiled_tall_gb_min_strips>("tiled_tall_gb_min_strips"),
     key_items<&Table::tiled_tall_one_launch_items_target, kOneLaunchMaxItems>("tiled_tall_one_launch_items_target"),
     key<&Table::tiled_tall_strip_lanes>("tiled_tall_strip_lanes", [](long long v) {

@@ -2348,13 +2348,16 @@ TEST(Planner, TallStripsTakeTiledWhereMeasuredFaster) {
             Strategy::Fused);
   EXPECT_FALSE(plan(backward(1024, 768, DType::F16, full), h200, Strategy::Tiled, without_tall_strips())
                    .columns.tall_strips());
-  // gamma/beta alone on too few strips stays with two-pass (tiled_tall_gb_min_strips); with dX tall
+  // too few strips stay with two-pass: 8 (N = 64) with dX, fewer than 32 without (tiled_tall_*min_strips)
   const Plan gb_narrow = normkit::plan(backward(1024, 64, DType::BF16, {false, true, true}), DeviceFacts::h200());
   EXPECT_NE(gb_narrow.strategy, Strategy::Tiled) << gb_narrow.describe();
   const Plan gb_256 = normkit::plan(backward(1024, 256, DType::BF16, {false, true, true}), DeviceFacts::h200());
   EXPECT_TRUE(gb_256.strategy == Strategy::Tiled && gb_256.columns.tall_strips()) << gb_256.describe();
   const Plan dx_narrow = normkit::plan(backward(1024, 64, DType::BF16, {true, true, true}), DeviceFacts::h200());
-  EXPECT_TRUE(dx_narrow.strategy == Strategy::Tiled && dx_narrow.one_launch) << dx_narrow.describe();
+  EXPECT_NE(dx_narrow.strategy, Strategy::Tiled) << dx_narrow.describe();  // 8 strips (tiled_tall_min_strips)
+  const Plan dx_128 = normkit::plan(backward(1024, 128, DType::BF16, {true, true, true}), DeviceFacts::h200());
+  EXPECT_TRUE(dx_128.strategy == Strategy::Tiled && dx_128.one_launch && dx_128.columns.tall_strips())
+      << dx_128.describe();
 }
 
 // ExecConfig::table reaches the planner of a call (the bench's --tune times plans with it).
