@@ -12,9 +12,9 @@ namespace normkit {
 
 /// Warp size of the target. NVIDIA: 32 (AMD wavefronts are 64; DeviceFacts::warp_size carries it).
 constexpr int kWarpSize = 32;
-/// Tall vectorised strips (PlannerTable::tiled_tall_strip_lanes): threads a block, and rows a thread
+/// Tall vectorised strips (PlannerTable::tiled_tall_max_strips): threads a block, lanes and rows a thread
 /// unrolled a block iteration at most (8 rows of x and dy in 16-byte packs are 64 registers of the 128
-/// that 512-thread blocks leave a thread).
+/// that 512-thread blocks leave a thread) at most.
 constexpr int kTallStripThreads = 512;
 constexpr int kTallStripMaxRowsPerThread = 8;
 constexpr int kTallStripMaxLanes = 16;
@@ -132,7 +132,7 @@ struct ColumnShape {
   int reduce_block_y = 8;        ///< partial reduce: thread rows summing one column strip together
   int rows_per_iteration() const { return block_y * rows_per_thread; }
   int columns_per_block() const { return block_x * vec; }
-  /// Tall vectorised strips (PlannerTable::tiled_tall_strip_lanes): 16 bytes a lane, fewer lanes than a warp.
+  /// Tall vectorised strips (PlannerTable::tiled_tall_max_strips): 16 bytes a lane, fewer lanes than a warp.
   bool tall_strips() const { return vec > 1 && block_x < kWarpSize; }
 };
 
@@ -404,7 +404,8 @@ struct PlannerTable {
   /// tiled_tall_max_strips strips (0 = no tall strips). H100, bf16, graph (docs/NOTES.md entry 94): the
   /// best of 1..16 lanes was the one giving 48-64 strips at N = 768..4096.
   std::int64_t tiled_tall_max_strips = 64;
-  /// ... the lanes, fixed (1, 2, 4, 8 or 16; 0 = from tiled_tall_max_strips): probes and tests.
+  /// ... the lanes, fixed (1, 2, 4, 8 or 16; 0 = from tiled_tall_max_strips): probes and tests. A fixed
+  /// count takes tall strips even where tiled_tall_max_strips is 0.
   int tiled_tall_strip_lanes = 0;
   /// ... from this M on with dX, and from tiled_tall_gb_min_rows for gamma/beta alone (fewer rows keep
   /// the bands' strips). H100, bf16 / fp16 / fp32, graph (entry 94), against the built-in plans: tall

@@ -58,7 +58,7 @@ __device__ __forceinline__ void accumulate_columns(const BackwardParams<T, W>& p
 /// (sweep at aa03ba5). Each sum adds the thread rows in order y = 0, 1, ... (same bits every run),
 /// its shared-memory loads unrolled so that they are in flight together. `smem` holds 2 * VEC *
 /// bx * by floats; every thread of the block must call it. The block is bx lanes (scalar strips 8, 16 or 32;
-/// vectorised ones 32, or 1..16 when tall, PlannerTable::tiled_tall_strip_lanes) x by thread rows, this
+/// vectorised ones 32, or 1..16 when tall, PlannerTable::tiled_tall_max_strips) x by thread rows, this
 /// thread (tx, ty) (a 2-D block, or a 1-D one laid out so: dx_and_tiled_kernel); bx a power of two.
 /// A thread row's VEC * bx sums lie in shared memory in column order (a thread's VEC contiguous,
 /// stored 16 bytes at a time), and thread s of the block sums column s: consecutive threads read
