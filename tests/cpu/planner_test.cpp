@@ -1916,7 +1916,7 @@ TEST(Planner, RowLayoutRulesForSmallGridsShortRowsAndWideRmsRows) {
   // Short vectorised rows take fused from fused_short_row_min_rows rows (with and without dX), with
   // dX also from fused_short_row_dx_min_bytes of x (LayerNorm, 8192 x 64 bf16); unvectorised ones
   // (N = 1) and fewer rows keep two-pass.
-  // (tall strips off: they take 2048 x 64 first)
+  // (tall strips off: the rule under test comes after them)
   const PlannerTable no_tall = without_tall_strips(default_planner_table());
   auto short_rows = [&](const Problem& p) { return plan(p, h200, Strategy::Auto, no_tall).strategy; };
   EXPECT_EQ(short_rows(backward(16384, 64, DType::BF16, {true, true, true})), Strategy::Fused);
