@@ -470,7 +470,9 @@ bool tall_strips_on(const Problem& p, const PlannerTable& t) {
   return p.cols >= std::int64_t(tall_strip_lanes(p, t)) * vector_width(p);
 }
 
-ColumnShape tiled_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+/// The tiled strategy's column strips; `bands_only`: the bands' strips even where tall ones apply (the
+/// rules auto asks after the tall strips' own were measured on those).
+ColumnShape tiled_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t, bool bands_only = false) {
   ColumnShape c = column_strips(p, t, false);
   // The seed's bands: rows handled per block iteration grow with M so small M wastes no threads.
   if (p.rows < t.tile64_min_rows) {
@@ -486,7 +488,7 @@ ColumnShape tiled_shape(const Problem& p, const DeviceFacts& device, const Plann
   // small M is covered in as few iterations as the kernel's instances allow (scalar strips: 1, 4, 8
   // rows per thread, 16 in blocks of at most kTiledLongUnrollMaxThreads): Tile-8 at M = 32 took four
   // round trips in series where one is enough; Tile-128 at M = 192 took two (8 rows a thread).
-  if (tall_strips_on(p, t)) {
+  if (!bands_only && tall_strips_on(p, t)) {
     // Tall vectorised strips (PlannerTable::tiled_tall_max_strips): the band only names the plan
     const int width = vector_width(p);
     c.vec = width;
@@ -737,12 +739,9 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   // The rules from here on were measured on the bands' strips: they see those (tall strips were
   // asked above; a tiled plan still takes them where they apply, faster than the bands' everywhere
   // measured from 384 rows, entry 94).
-  PlannerTable bands = t;
-  bands.tiled_tall_max_strips = 0;
-  bands.tiled_tall_strip_lanes = 0;
   Plan tiled;
-  tiled.columns = tiled_shape(p, device, bands);
-  one_launch_shape(tiled, p, device, bands);
+  tiled.columns = tiled_shape(p, device, t, /*bands_only=*/true);
+  one_launch_shape(tiled, p, device, t);
   if (tiled.one_launch) return Strategy::Tiled;
   // simple_min_cols was measured against scalar strips (one column per lane); vectorised strips read
   // whole sectors themselves.
