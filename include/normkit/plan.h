@@ -291,11 +291,20 @@ struct PlannerTable {
   /// Without dX (gamma/beta only) the unfused strategies read x and dy once too, so fused is chosen
   /// from this many rows on, and (vectorised rows) only for rows of at least fused_gb_min_vectors
   /// 16-byte vectors (short rows: fused_short_row_min_rows). Since the batched partial reduce
-  /// (65c23e7) two-pass beats fused on gamma/beta alone at N = 768 and 1024 at every M of the bf16
-  /// sweep (1.02-1.19x, 4345a27) and at 131072 x 4096 (481 vs 496 us, llm suite); fused still wins at
-  /// 16384 x 8192 (139 vs 149 us). Before (3adcbae): fused from 8192 rows whatever N.
+  /// (65c23e7) two-pass beat fused on gamma/beta alone at N = 768 and 1024 at every M of the bf16
+  /// sweep (1.02-1.19x, 4345a27; no longer from 8192 rows, see fused_gb_mid_min_vectors) and at 131072
+  /// x 4096 (481 vs 496 us, llm suite); fused still wins at 16384 x 8192 (139 vs 149 us). Before
+  /// (3adcbae): fused from 8192 rows whatever N.
   std::int64_t fused_gb_min_rows = 8192;
   std::int64_t fused_gb_min_vectors = 1024;
+  /// ... and on rows of fused_gb_mid_min_vectors..fused_gb_mid_max_vectors 16-byte vectors (16-bit N =
+  /// 768..1024) from fused_gb_min_rows too (min above max = off). H200, graph, fused / two-pass: quick
+  /// sweeps at 7f62504 (bf16, fp16, LayerNorm and RMSNorm) 0.962-0.991 at 16384 rows, 0.982-0.994 at
+  /// 65535, 0.998-1.012 at 262144, but 0.975-1.23 at 4097; llm suite at b805800, 8192 x 768 / 1000
+  /// 0.972-1.013 (docs/NOTES.md entry 95). Rows between 128 and 1024 vectors were not measured apart
+  /// (131072 x 4096, 512 vectors: fused 1.004-1.005x two-pass at b805800).
+  std::int64_t fused_gb_mid_min_vectors = 96;
+  std::int64_t fused_gb_mid_max_vectors = 128;
   /// ... and on rows split over a cluster of at most this many blocks (rows longer than one block
   /// holds; 1 = never split without dX). bf16, graph (docs/NOTES.md entry 32): N = 16384 (split 2)
   /// fused / best unfused at M = 8192, 16384, 32768: LayerNorm 0.95, 0.92, 0.91; RMSNorm 0.99, 0.96,
@@ -430,6 +439,15 @@ struct PlannerTable {
   /// 8 strips 1.11-1.15x two-pass (H100 and H200 quick sweeps), 32 (N = 256) 0.85-0.89x.
   std::int64_t tiled_tall_min_strips = 16;
   std::int64_t tiled_tall_gb_min_strips = 32;
+  /// Gamma/beta alone: auto takes tiled on tall strips at any M (from tiled_tall_gb_min_rows) where
+  /// they number at least this percent of the SMs (0 = off), ahead of fused and two-pass. They fill
+  /// the GPU from 16-bit N = 16384 (128 strips of 16 lanes): H200 quick sweeps at 7f62504, 16384 x
+  /// 16384, forced tiled 0.934-0.956x auto's fused (split rows; LayerNorm and RMSNorm, bf16 and fp16;
+  /// docs/NOTES.md entry 95). Where the bands' strips already fill the GPU (N >= 32768) tiled was
+  /// taken anyway, and it took tall strips. Not measured apart: the other rows of the same bytes (fp32
+  /// N = 8192..12288, two-pass below 8192 rows and fused from there; 16-bit N = 20480, two-pass from
+  /// 16384 rows); at 1024 and 4097 x 16384 bf16 (tiled already) two-pass took 1.21-1.35x tiled's time.
+  std::int64_t tiled_tall_gb_full_grid_percent = 96;
   /// dX vectors a thread in a one launch beside tall strips (at most kOneLaunchMaxItems).
   int tiled_tall_one_launch_items_target = 2;
   // row kernels

@@ -655,12 +655,17 @@ bool fused_one_full_launch(const Problem& p, const DeviceFacts& device, const Pl
 /// Whether auto takes tiled on tall strips (PlannerTable::tiled_tall_max_rows, _max_bytes): rows that
 /// take tall strips, at most tiled_tall_max_rows of them and tiled_tall_max_bytes of x, with dX only
 /// where both run in one launch, on at least tiled_tall_min_strips strips (tiled_tall_gb_min_strips
-/// without dX).
+/// without dX); without dX also at any M and size where the strips fill the GPU
+/// (tiled_tall_gb_full_grid_percent).
 bool tall_strips_auto(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
-  if (!p.mask.any_gamma_beta() || p.rows > t.tiled_tall_max_rows ||
-      p.rows * p.cols * std::int64_t(dtype_size(p.dtype)) > t.tiled_tall_max_bytes || !tall_strips_on(p, t))
-    return false;
+  if (!p.mask.any_gamma_beta() || !tall_strips_on(p, t)) return false;
   const std::int64_t strips = ceil_div(ceil_div(p.cols, vector_width(p)), tall_strip_lanes(p, t));
+  // gamma/beta alone on tall strips that fill the GPU: at any M (PlannerTable::tiled_tall_gb_full_grid_percent)
+  if (!p.mask.dx && t.tiled_tall_gb_full_grid_percent > 0 &&
+      strips * 100 >= std::int64_t(device.sm_count) * t.tiled_tall_gb_full_grid_percent)
+    return true;
+  if (p.rows > t.tiled_tall_max_rows || p.rows * p.cols * std::int64_t(dtype_size(p.dtype)) > t.tiled_tall_max_bytes)
+    return false;
   if (strips < (p.mask.dx ? t.tiled_tall_min_strips : t.tiled_tall_gb_min_strips)) return false;
   if (!p.mask.dx) return true;
   Plan tiled;
@@ -714,7 +719,9 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
       (short_vector_rows(p, t) ? p.rows >= t.fused_short_row_min_rows || (p.mask.dx && x_bytes >= short_row_dx_min_bytes)
        : !vectorised           ? p.rows >= t.fused_unaligned_min_rows
        : p.mask.dx ? (p.rows >= t.fused_min_rows || rows_by_bytes || split_rows_by_bytes || wide_rows_by_bytes)
-                   : p.rows >= t.fused_gb_min_rows && row_vectors(p) >= t.fused_gb_min_vectors);
+                   : p.rows >= t.fused_gb_min_rows &&
+                         (row_vectors(p) >= t.fused_gb_min_vectors ||
+                          (row_vectors(p) >= t.fused_gb_mid_min_vectors && row_vectors(p) <= t.fused_gb_mid_max_vectors)));
   const bool fused_layout = vectorised || p.cols <= t.fused_unaligned_max_cols;
   // Rows split over a cluster are fused with dX (that is what saves the second read of x and dy), or
   // without it over clusters of at most fused_gb_max_split blocks; only where the device has clusters.
@@ -1043,6 +1050,8 @@ const TableKey kTableKeys[] = {
     key<&Table::fused_min_rows>("fused_min_rows"),
     key<&Table::fused_gb_min_rows>("fused_gb_min_rows"),
     key<&Table::fused_gb_min_vectors>("fused_gb_min_vectors"),
+    key<&Table::fused_gb_mid_min_vectors>("fused_gb_mid_min_vectors"),
+    key<&Table::fused_gb_mid_max_vectors>("fused_gb_mid_max_vectors"),
     key<&Table::fused_gb_max_split>("fused_gb_max_split"),
     key<&Table::fused_unaligned_max_cols>("fused_unaligned_max_cols"),
     key<&Table::fused_unaligned_min_rows>("fused_unaligned_min_rows"),
@@ -1079,6 +1088,7 @@ const TableKey kTableKeys[] = {
     key<&Table::tiled_tall_max_bytes>("tiled_tall_max_bytes"),
     key<&Table::tiled_tall_min_strips>("tiled_tall_min_strips"),
     key<&Table::tiled_tall_gb_min_strips>("tiled_tall_gb_min_strips"),
+    key<&Table::tiled_tall_gb_full_grid_percent>("tiled_tall_gb_full_grid_percent"),
     key_items<&Table::tiled_tall_one_launch_items_target, kOneLaunchMaxItems>("tiled_tall_one_launch_items_target"),
     key<&Table::tiled_tall_strip_lanes>("tiled_tall_strip_lanes", [](long long v) {
       return v == 0 || v == 1 || v == 2 || v == 4 || v == 8 || v == 16 ? std::string() : "must be 0, 1, 2, 4, 8 or 16";

@@ -156,7 +156,22 @@ TEST(Planner, AutoPicksFusedFromItsSizeThresholdOn) {
   EXPECT_EQ(gb_only(t.fused_gb_min_rows, long_row), Strategy::Fused);
   EXPECT_NE(gb_only(t.fused_gb_min_rows - 1, long_row), Strategy::Fused);
   EXPECT_NE(gb_only(t.fused_gb_min_rows, long_row - 8), Strategy::Fused);  // one vector short
-  EXPECT_NE(gb_only(1 << 20, 768), Strategy::Fused);                        // two-pass at N = 768, any M
+  // ... or rows of fused_gb_mid_min_vectors..fused_gb_mid_max_vectors vectors (fp16 N = 768..1024)
+  ASSERT_EQ(t.fused_gb_mid_min_vectors, 96);
+  ASSERT_EQ(t.fused_gb_mid_max_vectors, 128);
+  for (const std::int64_t n : {768, 1000, 1024}) {
+    EXPECT_EQ(gb_only(t.fused_gb_min_rows, n), Strategy::Fused) << n;
+    EXPECT_EQ(gb_only(1 << 20, n), Strategy::Fused) << n;
+    EXPECT_NE(gb_only(t.fused_gb_min_rows - 1, n), Strategy::Fused) << n;  // (4097 x 768: two-pass 0.81x fused)
+  }
+  EXPECT_NE(gb_only(1 << 20, 760), Strategy::Fused);   // 95 vectors
+  EXPECT_NE(gb_only(1 << 20, 1032), Strategy::Fused);  // 129
+  EXPECT_NE(gb_only(1 << 20, 4096), Strategy::Fused);  // 512 (131072 x 4096: two-pass)
+  PlannerTable no_mid = t;
+  no_mid.fused_gb_mid_min_vectors = no_mid.fused_gb_mid_max_vectors + 1;
+  EXPECT_NE(normkit::plan(backward(1 << 20, 768, DType::F16, {false, true, true}), DeviceFacts::h200(), Strategy::Auto,
+                          no_mid).strategy,
+            Strategy::Fused);
   // rows split over a cluster (longer than 512 threads x 2 vectors): without dX only over clusters of
   // at most fused_gb_max_split blocks (N = 16384 fp16: 2), and only where the device has clusters
   ASSERT_EQ(t.fused_gb_max_split, 2);
@@ -2358,6 +2373,29 @@ TEST(Planner, TallStripsTakeTiledWhereMeasuredFaster) {
   const Plan dx_128 = normkit::plan(backward(1024, 128, DType::BF16, {true, true, true}), DeviceFacts::h200());
   EXPECT_TRUE(dx_128.strategy == Strategy::Tiled && dx_128.one_launch && dx_128.columns.tall_strips())
       << dx_128.describe();
+  // gamma/beta alone on tall strips that fill the GPU (tiled_tall_gb_full_grid_percent): at any M and
+  // size. bf16 N = 16384: 2048 vectors -> 16 lanes, 128 strips (97 % of 132 SMs); fused before.
+  ASSERT_EQ(default_planner_table().tiled_tall_gb_full_grid_percent, 96);
+  for (const std::int64_t m : {384, 16384, 1 << 20}) {
+    const Plan wide = auto_plan(m, 16384, DType::BF16, gb);
+    EXPECT_EQ(wide.strategy, Strategy::Tiled) << m << ": " << wide.describe();
+    EXPECT_TRUE(wide.columns.tall_strips()) << m;
+    EXPECT_EQ(wide.columns.block_x, 16) << m;
+    EXPECT_EQ(wide.columns.col_blocks, 128) << m;
+  }
+  const Plan wide_fp32 = auto_plan(16384, 8192, DType::F32, gb);  // 2048 vectors of 4: 128 strips
+  EXPECT_TRUE(wide_fp32.strategy == Strategy::Tiled && wide_fp32.columns.tall_strips()) << wide_fp32.describe();
+  // 96 strips (N = 12288, 73 %) and 64 (N = 8192) do not fill it; with dX the rule does not apply
+  EXPECT_EQ(auto_plan(16384, 12288, DType::BF16, gb).strategy, Strategy::Fused);
+  EXPECT_EQ(auto_plan(16384, 8192, DType::BF16, gb).strategy, Strategy::Fused);
+  EXPECT_EQ(auto_plan(16384, 16384, DType::BF16, full).strategy, Strategy::Fused);
+  PlannerTable no_full_grid;
+  no_full_grid.tiled_tall_gb_full_grid_percent = 0;
+  EXPECT_EQ(plan(backward(16384, 16384, DType::BF16, gb), h200, Strategy::Auto, no_full_grid).strategy, Strategy::Fused);
+  // a device of fewer SMs is filled by fewer strips: 64 strips on 66 SMs
+  DeviceFacts half = h200;
+  half.sm_count = 66;
+  EXPECT_EQ(plan(backward(16384, 8192, DType::BF16, gb), half).strategy, Strategy::Tiled);
 }
 
 // ExecConfig::table reaches the planner of a call (the bench's --tune times plans with it).
