@@ -12,6 +12,8 @@ namespace normkit {
 
 /// Warp size of the target. NVIDIA: 32 (AMD wavefronts are 64; DeviceFacts::warp_size carries it).
 constexpr int kWarpSize = 32;
+constexpr int kWarpSizeLog2 = 5;
+static_assert((1 << kWarpSizeLog2) == kWarpSize, "kWarpSizeLog2 is log2(kWarpSize)");
 /// Tall vectorised strips (PlannerTable::tiled_tall_max_strips): threads a block, lanes and rows a thread
 /// unrolled a block iteration at most (8 rows of x and dy in 16-byte packs are 64 registers of the 128
 /// that 512-thread blocks leave a thread) at most.

@@ -68,23 +68,26 @@ __device__ __forceinline__ void accumulate_columns(const BackwardParams<T, W>& p
 /// (fp32 partials) or 16 (16-bit outputs) where 4 or 2 hold the data. VEC = 8: a thread's two
 /// 16-byte halves trade places in lanes with bit 2 set (slot_of_column), so that each 16-byte store
 /// of 8 consecutive lanes covers the 32 banks once (32-byte strides a lane took two wavefronts each,
-/// and the bf16 strips measured 1-6 % slower for it).
-template <int VEC, typename Emit>
+/// and the bf16 strips measured 1-6 % slower for it). kTall: the block is tall strips (fewer lanes than a
+/// warp, ColumnShape::tall_strips), folded first (below); a template flag, not a test of bx, because the
+/// fold's code cost the warp-wide strips' short walks 5-12 % (docs/NOTES.md entry 95).
+template <int VEC, bool kTall, typename Emit>
 __device__ __forceinline__ void sum_over_thread_rows(const float (&dgamma)[VEC], const float (&dbeta)[VEC], bool want_dgamma,
                                                      bool want_dbeta, float* smem, int tx, int ty, int bx, int by,
                                                      Emit&& emit) {
   static_assert(VEC == 1 || VEC == 4 || VEC == 8, "column strips of 1 or 16 bytes a lane");
+  static_assert(!kTall || VEC > 1, "tall strips are 16-byte vectorised");
   const int row_columns = bx * VEC, plane = row_columns * by;
   // Tall vectorised strips (bx < a warp): a warp holds kWarpSize / bx thread rows of the same columns,
   // folded here by a butterfly of shuffles (every lane of a column ends with the same bits), so that
   // one thread row a warp goes through shared memory and the column sums below add by * bx / kWarpSize
-  // rows instead of by (512 serial adds a column at one lane). Scalar and warp-wide strips skip it.
-  const bool fold = VEC > 1 && bx < kWarpSize;
-  const int rows_a_warp = fold ? kWarpSize / bx : 1;
+  // rows instead of by (512 serial adds a column at one lane). bx is a power of two: the thread rows a
+  // warp are 2^warp_row_shift. Scalar and warp-wide strips have none of this code.
+  const int warp_row_shift = kTall ? kWarpSizeLog2 - (__ffs(bx) - 1) : 0;
   float g[VEC], b[VEC];
 #pragma unroll
   for (int i = 0; i < VEC; ++i) g[i] = dgamma[i], b[i] = dbeta[i];
-  if (fold) {
+  if constexpr (kTall) {
     for (int offset = bx; offset < kWarpSize; offset *= 2)
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
@@ -92,10 +95,10 @@ __device__ __forceinline__ void sum_over_thread_rows(const float (&dgamma)[VEC],
         b[i] += __shfl_xor_sync(0xffffffffu, b[i], offset);
       }
   }
-  const int smem_rows = by / rows_a_warp;
+  const int smem_rows = by >> warp_row_shift;
   __syncthreads();  // smem may still be read by a previous call
-  if (ty % rows_a_warp == 0) {
-    float* const mine = smem + (ty / rows_a_warp * bx + tx) * VEC;
+  if ((ty & ((1 << warp_row_shift) - 1)) == 0) {
+    float* const mine = smem + ((ty >> warp_row_shift) * bx + tx) * VEC;
     if constexpr (VEC == 1) {
       mine[0] = g[0];
       mine[plane] = b[0];

@@ -15,19 +15,19 @@ namespace {
 
 /// One column strip of the tiled strategy (strip index `strip_index`), summed over all M rows by a
 /// block of bx lanes x by thread rows (bx: a warp, or fewer where the planner narrows the strips,
-/// PlannerTable::tiled_min_strip_lanes), this thread (tx, ty): writes dgamma / dbeta of the strip's
-/// columns.
-template <typename T, typename W, bool kRms, int RPT, int VEC>
+/// PlannerTable::tiled_min_strip_lanes, or makes them tall: kTall), this thread (tx, ty): writes dgamma /
+/// dbeta of the strip's columns.
+template <typename T, typename W, bool kRms, int RPT, int VEC, bool kTall>
 __device__ __forceinline__ void tiled_strip(const BackwardParams<T, W>& p, int strip_index, int tx, int ty, int bx,
                                             int by, float* smem) {
   const int strip = strip_index * bx * VEC;
   const int col = strip + tx * VEC;
   float dgamma[VEC], dbeta[VEC];
   accumulate_columns<T, W, kRms, RPT, VEC>(p, col, 0, p.rows, ty, by, dgamma, dbeta);
-  sum_over_thread_rows<VEC>(dgamma, dbeta, p.dweight != nullptr, p.dbias != nullptr, smem, tx, ty, bx, by,
-                            [&](int which, int c, float total) {
-                              if (strip + c < p.cols) (which == 0 ? p.dweight : p.dbias)[strip + c] = from_float<W>(total);
-                            });
+  sum_over_thread_rows<VEC, kTall>(dgamma, dbeta, p.dweight != nullptr, p.dbias != nullptr, smem, tx, ty, bx, by,
+                                   [&](int which, int c, float total) {
+                                     if (strip + c < p.cols) (which == 0 ? p.dweight : p.dbias)[strip + c] = from_float<W>(total);
+                                   });
 }
 
 /// Blocks of at most kTiledLongUnrollMaxThreads threads for the long unrolls (scalar 16 rows, tall
@@ -37,12 +37,12 @@ constexpr int tiled_max_threads() {
   return RPT > 8 || (VEC > 1 && RPT > 2) ? kTiledLongUnrollMaxThreads : 1024;
 }
 
-template <typename T, typename W, bool kRms, int RPT, int VEC>
+template <typename T, typename W, bool kRms, int RPT, int VEC, bool kTall>
 __global__ void __launch_bounds__(tiled_max_threads<RPT, VEC>()) gamma_beta_tiled_kernel(const BackwardParams<T, W> p) {
   extern __shared__ float smem[];  // 2 * VEC * blockDim.x * blockDim.y
   allow_dependent_launch();
-  tiled_strip<T, W, kRms, RPT, VEC>(p, int(blockIdx.x), int(threadIdx.x), int(threadIdx.y), int(blockDim.x),
-                                    int(blockDim.y), smem);
+  tiled_strip<T, W, kRms, RPT, VEC, kTall>(p, int(blockIdx.x), int(threadIdx.x), int(threadIdx.y), int(blockDim.x),
+                                           int(blockDim.y), smem);
   wait_for_previous_kernel();  // launched next to dX: complete only after it (see common.cuh)
 }
 
@@ -70,8 +70,9 @@ __global__ void __launch_bounds__(kOneLaunchMaxThreads)
   }
   const int strip = strips_first ? int(blockIdx.x) : int(blockIdx.x) - dx_blocks;
   const int tid = int(threadIdx.x), lane_shift = __ffs(strip_lanes) - 1;  // a power of two: shifts, no division
-  tiled_strip<T, W, kRms, RPT, COL_VEC>(p, strip, tid & (strip_lanes - 1), tid >> lane_shift, strip_lanes,
-                                        int(blockDim.x) >> lane_shift, smem);
+  // (vectorised strips in one launch are tall ones only: launch_dx_and_tiled)
+  tiled_strip<T, W, kRms, RPT, COL_VEC, (COL_VEC > 1)>(p, strip, tid & (strip_lanes - 1), tid >> lane_shift, strip_lanes,
+                                                       int(blockDim.x) >> lane_shift, smem);
 }
 
 }  // namespace
@@ -82,9 +83,9 @@ void launch_gamma_beta_tiled(const BackwardProblem& p, const Plan& plan, bool pr
   const ColumnShape& c = plan.columns;
   const dim3 grid(unsigned(c.col_blocks)), block(unsigned(c.block_x), unsigned(c.block_y));
   const std::size_t smem = column_block_smem(c);
-  auto launch = [&](auto rpt, auto vec) {
-    void (*kernel)(BackwardParams<T, W>) =
-        p.rms ? gamma_beta_tiled_kernel<T, W, true, rpt(), vec()> : gamma_beta_tiled_kernel<T, W, false, rpt(), vec()>;
+  auto launch = [&](auto rpt, auto vec, auto tall) {
+    void (*kernel)(BackwardParams<T, W>) = p.rms ? gamma_beta_tiled_kernel<T, W, true, rpt(), vec(), tall()>
+                                                 : gamma_beta_tiled_kernel<T, W, false, rpt(), vec(), tall()>;
     allow_dynamic_smem(kernel, std::int64_t(smem), "gamma_beta_tiled_kernel shared memory");  // 64 KB at 32 x 32 x vec8
     launch_kernel(kernel, grid, block, smem, stream, LaunchMode{programmatic}, "gamma_beta_tiled_kernel launch", params);
   };
@@ -93,25 +94,34 @@ void launch_gamma_beta_tiled(const BackwardProblem& p, const Plan& plan, bool pr
     throw CudaError("normkit: internal error: tiled has no instance for rows_per_thread = " +
                     std::to_string(c.rows_per_thread) + ", vec = " + std::to_string(c.vec));
   };
+  using Scalar = IntConst<1>;
+  using Vector = IntConst<kVec>;
+  using Tall = std::true_type;
+  using NotTall = std::false_type;
   if (c.vec == 1) {
     switch (c.rows_per_thread) {
-      case 1: launch(IntConst<1>{}, IntConst<1>{}); break;
-      case 4: launch(IntConst<4>{}, IntConst<1>{}); break;
-      case 8: launch(IntConst<8>{}, IntConst<1>{}); break;
+      case 1: launch(IntConst<1>{}, Scalar{}, NotTall{}); break;
+      case 4: launch(IntConst<4>{}, Scalar{}, NotTall{}); break;
+      case 8: launch(IntConst<8>{}, Scalar{}, NotTall{}); break;
       case 16:
         if (c.block_x * c.block_y > kTiledLongUnrollMaxThreads) fail();
-        launch(IntConst<16>{}, IntConst<1>{});
+        launch(IntConst<16>{}, Scalar{}, NotTall{});
         break;
       default: fail();
     }
-  } else if (c.vec == kVec) {
-    const bool long_unroll = c.rows_per_thread > 2;  // tall strips only (tiled_max_threads)
-    if (long_unroll && (!c.tall_strips() || c.block_x * c.block_y > kTiledLongUnrollMaxThreads)) fail();
+  } else if (c.vec == kVec && c.tall_strips()) {
+    if (c.block_x * c.block_y > kTiledLongUnrollMaxThreads) fail();  // (tiled_max_threads)
     switch (c.rows_per_thread) {
-      case 1: launch(IntConst<1>{}, IntConst<kVec>{}); break;
-      case 2: launch(IntConst<2>{}, IntConst<kVec>{}); break;
-      case 4: launch(IntConst<4>{}, IntConst<kVec>{}); break;
-      case 8: launch(IntConst<8>{}, IntConst<kVec>{}); break;
+      case 1: launch(IntConst<1>{}, Vector{}, Tall{}); break;
+      case 2: launch(IntConst<2>{}, Vector{}, Tall{}); break;
+      case 4: launch(IntConst<4>{}, Vector{}, Tall{}); break;
+      case 8: launch(IntConst<8>{}, Vector{}, Tall{}); break;
+      default: fail();
+    }
+  } else if (c.vec == kVec) {  // warp-wide vectorised strips: up to 2 rows a thread
+    switch (c.rows_per_thread) {
+      case 1: launch(IntConst<1>{}, Vector{}, NotTall{}); break;
+      case 2: launch(IntConst<2>{}, Vector{}, NotTall{}); break;
       default: fail();
     }
   } else {

@@ -24,8 +24,9 @@ __global__ void __launch_bounds__(1024)
   float* const row = partials + part * p.cols + strip;
   const std::int64_t array_size = parts * p.cols;
   const std::int64_t dbias_array = p.dweight != nullptr ? 1 : 0;
-  sum_over_thread_rows<VEC>(dgamma, dbeta, p.dweight != nullptr, p.dbias != nullptr, smem, int(threadIdx.x),
-                            int(threadIdx.y), int(blockDim.x), int(blockDim.y), [&](int which, int c, float total) {
+  // (two-pass strips are a warp wide or scalar, never tall: planner.cpp, column_strips)
+  sum_over_thread_rows<VEC, false>(dgamma, dbeta, p.dweight != nullptr, p.dbias != nullptr, smem, int(threadIdx.x),
+                                   int(threadIdx.y), int(blockDim.x), int(blockDim.y), [&](int which, int c, float total) {
     if (strip + c < p.cols) row[(which == 0 ? 0 : dbias_array) * array_size + c] = total;
   });
   wait_for_previous_kernel();  // launched next to dX: complete only after it (see common.cuh)

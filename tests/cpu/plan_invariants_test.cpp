@@ -460,12 +460,13 @@ void check_tiled(Context& c) {
   if (s.vec == 1)
     instance = s.rows_per_thread == 1 || s.rows_per_thread == 4 || s.rows_per_thread == 8 ||
                (s.rows_per_thread == 16 && s.block_x * s.block_y <= kTiledLongUnrollMaxThreads);
-  else
-    instance = s.rows_per_thread == 1 || s.rows_per_thread == 2 ||
-               (s.tall_strips() && (s.rows_per_thread == 4 || s.rows_per_thread == 8) &&
-                s.block_x * s.block_y <= kTiledLongUnrollMaxThreads);
-  ck.expect(instance, "tiled: (rows_per_thread, vec) has a gamma_beta_tiled_kernel instance (16 scalar rows, 4 or 8 "
-                      "tall vectorised ones, only in <= 512-thread blocks)");
+  else if (s.tall_strips())  // the tall instances (kTall: folded thread rows), in <= 512-thread blocks
+    instance = (s.rows_per_thread == 1 || s.rows_per_thread == 2 || s.rows_per_thread == 4 || s.rows_per_thread == 8) &&
+               s.block_x * s.block_y <= kTiledLongUnrollMaxThreads;
+  else  // warp-wide vectorised strips
+    instance = s.rows_per_thread == 1 || s.rows_per_thread == 2;
+  ck.expect(instance, "tiled: (rows_per_thread, vec, tall) has a gamma_beta_tiled_kernel instance (16 scalar rows "
+                      "only in <= 512-thread blocks; vectorised: 1 or 2 rows, tall ones also 4 or 8, in <= 512 threads)");
   check_smem_fits(c, column_smem_bytes(s), c.plan.one_launch ? kRowKernelStaticSmem : 0,
                   "tiled: column shared memory (2 * 4 * block_x * block_y * vec) fits the opt-in maximum",
                   "tiled: column shared memory fits one SM");
@@ -503,6 +504,7 @@ void check_two_pass(Context& c) {
   check_columns_common(c, "two_pass");
   ck.expect((s.vec == 1 && s.rows_per_thread == 4) || (s.vec == c.kvec && s.rows_per_thread == 2),
             "two_pass: (rows_per_thread, vec) has a two_pass_partials_kernel instance");
+  ck.expect(!s.tall_strips(), "two_pass: no tall strips (its kernel sums thread rows without the tall strips' fold)");
   ck.expect(s.row_parts >= 1 && s.row_parts <= kMaxGridY, "two_pass: 1 <= row_parts <= 65535 (gridDim.y)");
   ck.expect(s.rows_per_part >= 1 && s.row_parts * s.rows_per_part >= c.p.rows,
             "two_pass: row parts cover M (row_parts * rows_per_part >= M)");
