@@ -61,6 +61,7 @@ Record meta_record(const Context& ctx, const std::string& what) {
               {"iters", ctx.params.iters},
               {"runs", ctx.params.runs},
               {"budget_s_per_measurement", ctx.params.budget_s},
+              {"strategies_interleaved", ctx.params.interleave},
               {"rotation_l2_factor", ctx.rotation.l2_factor},
               {"rotation_max_sets", ctx.rotation.max_sets},
               {"planner_table", planner_table_source()},
@@ -88,7 +89,11 @@ std::string header_lines(const Context& ctx, const std::string& title, TimingMod
      << " of " << fmt_bytes(double(ctx.copy_bytes)) << ", bytes read + written, best of several)\n";
   os << "- warm-up " << ctx.params.warmup << " | iters " << ctx.params.iters << " | runs averaged " << ctx.params.runs;
   if (mode == TimingMode::Graph) os << " | graph: the iters calls (rounded up to whole rotations) captured once, one untimed replay, each run = one timed replay";
-  os << " | inputs rotate over buffer sets until > " << fmt(ctx.rotation.l2_factor, 0) << "x L2\n\n";
+  os << " | inputs rotate over buffer sets until > " << fmt(ctx.rotation.l2_factor, 0) << "x L2\n";
+  os << "- strategies of a case: "
+     << (ctx.params.interleave ? "measured side by side (each made ready, then one run of each in turn, run by run)"
+                               : "measured one after another (--sequential)")
+     << "\n\n";
   return os.str();
 }
 

@@ -21,6 +21,15 @@ namespace nkbench {
 /// buffer set from it).
 using Call = std::function<void(std::int64_t index)>;
 
+/// A measurement made ready to repeat (its warm-up done, in graph mode its graph captured):
+/// each run() times one run and returns its per-call µs. Several can be alive at once, so that the
+/// runs of different strategies can take turns (harness.h's measure_strategies).
+class TimedRuns {
+ public:
+  virtual ~TimedRuns() = default;
+  virtual double run() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -48,13 +57,12 @@ class Backend {
   /// `bytes` each). Also returns the bytes used through *used_bytes.
   virtual double copy_bandwidth(std::size_t bytes, int repeats, std::size_t* used_bytes) = 0;
 
-  /// Stream launches: `warmup` untimed calls, then `runs` times a timed region of `iters`
-  /// back-to-back calls. Returns the per-call time in microseconds of each run. Call indices
-  /// continue across warm-up and runs (0, 1, 2, ...).
-  virtual std::vector<double> time_stream(const Call& call, int warmup, int iters, int runs) = 0;
+  /// Stream launches: `warmup` untimed calls now; each run() then times `iters` back-to-back calls.
+  /// Call indices continue across warm-up and runs (0, 1, 2, ...).
+  virtual std::unique_ptr<TimedRuns> prepare_stream(const Call& call, int warmup, int iters) = 0;
   /// Graph replay: `warmup` untimed stream calls, then `calls` calls (indices 0..calls-1) captured
-  /// into one CUDA graph, one untimed replay, then `runs` timed replays. Per-call µs of each run.
-  virtual std::vector<double> time_graph(const Call& call, int warmup, int calls, int runs) = 0;
+  /// into one CUDA graph and replayed once untimed, all now; each run() times one replay.
+  virtual std::unique_ptr<TimedRuns> prepare_graph(const Call& call, int warmup, int calls) = 0;
   virtual bool graphs_supported() const = 0;
   /// Time of a single call in µs (used to keep slow strategies within a time budget).
   virtual double time_once(const Call& call, std::int64_t index) = 0;

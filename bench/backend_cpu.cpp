@@ -31,6 +31,24 @@ std::size_t host_available_bytes() {
   return 0;
 }
 
+/// Calls on the host, timed with the host clock.
+class HostRuns final : public TimedRuns {
+ public:
+  HostRuns(const Call& call, int warmup, int iters) : call_(call), iters_(iters) {
+    for (int i = 0; i < warmup; ++i) call_(index_++);
+  }
+  double run() override {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < iters_; ++i) call_(index_++);
+    return elapsed_us(t0, Clock::now()) / std::max(iters_, 1);
+  }
+
+ private:
+  Call call_;
+  int iters_;
+  std::int64_t index_ = 0;
+};
+
 class CpuBackend final : public Backend {
  public:
   normkit::Device device() const override { return normkit::Device::Cpu; }
@@ -80,19 +98,10 @@ class CpuBackend final : public Backend {
     return best;
   }
 
-  std::vector<double> time_stream(const Call& call, int warmup, int iters, int runs) override {
-    std::int64_t index = 0;
-    for (int i = 0; i < warmup; ++i) call(index++);
-    std::vector<double> out;
-    for (int r = 0; r < runs; ++r) {
-      const auto t0 = Clock::now();
-      for (int i = 0; i < iters; ++i) call(index++);
-      const auto t1 = Clock::now();
-      out.push_back(elapsed_us(t0, t1) / std::max(iters, 1));
-    }
-    return out;
+  std::unique_ptr<TimedRuns> prepare_stream(const Call& call, int warmup, int iters) override {
+    return std::make_unique<HostRuns>(call, warmup, iters);
   }
-  std::vector<double> time_graph(const Call&, int, int, int) override {
+  std::unique_ptr<TimedRuns> prepare_graph(const Call&, int, int) override {
     throw std::runtime_error("CUDA-graph replay needs a CUDA device");
   }
   bool graphs_supported() const override { return false; }

@@ -65,6 +65,83 @@ struct EventPair {
   }
 };
 
+/// Back-to-back launches on the stream between two events.
+class StreamRuns final : public TimedRuns {
+ public:
+  StreamRuns(const Call& call, cudaStream_t stream, int warmup, int iters) : call_(call), stream_(stream), iters_(iters) {
+    for (int i = 0; i < warmup; ++i) call_(index_++);
+    NKB_CUDA(cudaGetLastError());
+  }
+  double run() override {
+    NKB_CUDA(cudaEventRecord(ev_.start, stream_));
+    for (int i = 0; i < iters_; ++i) call_(index_++);
+    NKB_CUDA(cudaEventRecord(ev_.stop, stream_));
+    const double per_call = ev_.elapsed_us() / std::max(iters_, 1);
+    NKB_CUDA(cudaGetLastError());
+    return per_call;
+  }
+
+ private:
+  Call call_;
+  cudaStream_t stream_;
+  int iters_;
+  std::int64_t index_ = 0;
+  EventPair ev_;
+};
+
+/// One CUDA graph of `calls` calls, replayed between two events.
+class GraphRuns final : public TimedRuns {
+ public:
+  GraphRuns(const Call& call, cudaStream_t stream, int warmup, int calls) : stream_(stream), calls_(calls) {
+    for (int i = 0; i < warmup; ++i) call(i);
+    NKB_CUDA(cudaStreamSynchronize(stream_));
+    // ThreadLocal: any capture-unsafe runtime call made by this thread inside normkit fails loudly.
+    NKB_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      for (int i = 0; i < calls; ++i) call(i);
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream_, &broken);
+      if (broken) cudaGraphDestroy(broken);
+      cudaGetLastError();  // clear the capture error; rethrow the original
+      throw;
+    }
+    NKB_CUDA(cudaStreamEndCapture(stream_, &graph_));
+    try {
+      NKB_CUDA(cudaGraphInstantiate(&exec_, graph_, 0));
+      NKB_CUDA(cudaGraphLaunch(exec_, stream_));  // warm replay
+      NKB_CUDA(cudaStreamSynchronize(stream_));
+    } catch (...) {
+      release();  // a constructor that throws gets no destructor call
+      throw;
+    }
+  }
+  ~GraphRuns() override { release(); }
+  GraphRuns(const GraphRuns&) = delete;
+  GraphRuns& operator=(const GraphRuns&) = delete;
+
+  double run() override {
+    NKB_CUDA(cudaEventRecord(ev_.start, stream_));
+    NKB_CUDA(cudaGraphLaunch(exec_, stream_));
+    NKB_CUDA(cudaEventRecord(ev_.stop, stream_));
+    return ev_.elapsed_us() / std::max(calls_, 1);
+  }
+
+ private:
+  void release() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+    exec_ = nullptr;
+    graph_ = nullptr;
+  }
+
+  cudaStream_t stream_;
+  int calls_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+  EventPair ev_;
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int ordinal) : ordinal_(ordinal) {
@@ -157,59 +234,11 @@ class CudaBackend final : public Backend {
     return best;
   }
 
-  std::vector<double> time_stream(const Call& call, int warmup, int iters, int runs) override {
-    std::int64_t index = 0;
-    for (int i = 0; i < warmup; ++i) call(index++);
-    NKB_CUDA(cudaGetLastError());
-    EventPair ev;
-    std::vector<double> out;
-    for (int r = 0; r < runs; ++r) {
-      NKB_CUDA(cudaEventRecord(ev.start, stream_));
-      for (int i = 0; i < iters; ++i) call(index++);
-      NKB_CUDA(cudaEventRecord(ev.stop, stream_));
-      out.push_back(ev.elapsed_us() / std::max(iters, 1));
-    }
-    NKB_CUDA(cudaGetLastError());
-    return out;
+  std::unique_ptr<TimedRuns> prepare_stream(const Call& call, int warmup, int iters) override {
+    return std::make_unique<StreamRuns>(call, stream_, warmup, iters);
   }
-
-  std::vector<double> time_graph(const Call& call, int warmup, int calls, int runs) override {
-    for (int i = 0; i < warmup; ++i) call(i);
-    NKB_CUDA(cudaStreamSynchronize(stream_));
-    cudaGraph_t graph = nullptr;
-    // ThreadLocal: any capture-unsafe runtime call made by this thread inside normkit fails loudly.
-    NKB_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      for (int i = 0; i < calls; ++i) call(i);
-    } catch (...) {
-      cudaGraph_t broken = nullptr;
-      cudaStreamEndCapture(stream_, &broken);
-      if (broken) cudaGraphDestroy(broken);
-      cudaGetLastError();  // clear the capture error; rethrow the original
-      throw;
-    }
-    NKB_CUDA(cudaStreamEndCapture(stream_, &graph));
-    cudaGraphExec_t exec = nullptr;
-    std::vector<double> out;
-    try {
-      NKB_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-      NKB_CUDA(cudaGraphLaunch(exec, stream_));  // warm replay
-      NKB_CUDA(cudaStreamSynchronize(stream_));
-      EventPair ev;
-      for (int r = 0; r < runs; ++r) {
-        NKB_CUDA(cudaEventRecord(ev.start, stream_));
-        NKB_CUDA(cudaGraphLaunch(exec, stream_));
-        NKB_CUDA(cudaEventRecord(ev.stop, stream_));
-        out.push_back(ev.elapsed_us() / std::max(calls, 1));
-      }
-    } catch (...) {
-      if (exec) cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
-      throw;
-    }
-    NKB_CUDA(cudaGraphExecDestroy(exec));
-    NKB_CUDA(cudaGraphDestroy(graph));
-    return out;
+  std::unique_ptr<TimedRuns> prepare_graph(const Call& call, int warmup, int calls) override {
+    return std::make_unique<GraphRuns>(call, stream_, warmup, calls);
   }
   bool graphs_supported() const override { return true; }
 

@@ -354,58 +354,113 @@ int graph_calls(int iters, int sets) {
 }
 }  // namespace
 
-Timing measure(Backend& backend, Setup& setup, OpKind op, Strategy strategy, TimingMode mode,
-               const TimingParams& params) {
-  Timing t;
-  t.warmup = params.warmup;
-  t.iters = params.iters;
-  t.runs = std::max(params.runs, 1);
-  if (op_is_forward(op) && strategy != Strategy::Auto) {
-    t.unsupported = true;
-    t.error = "forward ops have no gamma/beta strategy";
-    return t;
-  }
-  if (mode == TimingMode::Graph && !backend.graphs_supported()) {
-    t.error = "graph mode needs a CUDA device";
-    return t;
-  }
-  const int sets = setup.sets();
-  const Call call = [&setup, op, strategy, sets](std::int64_t i) { setup.run(op, strategy, i % sets); };
+namespace {
+bool failed(const Timing& t) { return t.unsupported || !t.error.empty(); }
+
+/// Runs `step`; a normkit::Error marks the strategy unsupported, any other exception an error.
+template <typename Step>
+void guarded(Timing& t, const Step& step) {
   try {
-    setup.ensure_workspace(op, strategy);
-    t.plan = setup.plan(op, strategy).describe();
-    call(0);
-    backend.synchronize();
-    if (params.budget_s > 0) {
-      const double one_us = backend.time_once(call, sets > 1 ? 1 : 0);
-      const double calls =
-          mode == TimingMode::Events
-              ? double(t.warmup + t.iters * t.runs)
-              : double(t.warmup + graph_calls(t.iters, sets) * (t.runs + 1));
-      const double predicted_s = one_us * 1e-6 * calls;
-      if (predicted_s > params.budget_s) {
-        const double f = params.budget_s / predicted_s;
-        t.iters = std::max(1, int(double(t.iters) * f));
-        t.warmup = std::max(1, int(double(t.warmup) * f));
-      }
-    }
-    t.wall_start_ms = unix_ms();
-    if (mode == TimingMode::Events) {
-      t.runs_us = backend.time_stream(call, t.warmup, t.iters, t.runs);
-    } else {
-      t.calls_per_graph = graph_calls(t.iters, sets);
-      t.runs_us = backend.time_graph(call, t.warmup, t.calls_per_graph, t.runs);
-    }
-    t.wall_end_ms = unix_ms();
-    summarize(t);
-    t.ok = true;
+    step();
   } catch (const normkit::Error& e) {
     t.unsupported = true;
     t.error = e.what();
   } catch (const std::exception& e) {
     t.error = e.what();
   }
-  return t;
+}
+}  // namespace
+
+Timing measure(Backend& backend, Setup& setup, OpKind op, Strategy strategy, TimingMode mode,
+               const TimingParams& params) {
+  TimingParams one = params;
+  one.interleave = true;  // one strategy: nothing to interleave with, and no recursion
+  return measure_strategies(backend, setup, op, {strategy}, mode, one).front();
+}
+
+std::vector<Timing> measure_strategies(Backend& backend, Setup& setup, OpKind op,
+                                       const std::vector<Strategy>& strategies, TimingMode mode,
+                                       const TimingParams& params) {
+  if (!params.interleave) {
+    std::vector<Timing> out;
+    for (Strategy s : strategies) out.push_back(measure(backend, setup, op, s, mode, params));
+    return out;
+  }
+  const std::size_t count = strategies.size();
+  std::vector<Timing> out(count);
+  for (std::size_t k = 0; k < count; ++k) {
+    Timing& t = out[k];
+    t.warmup = params.warmup;
+    t.iters = params.iters;
+    t.runs = std::max(params.runs, 1);
+    if (op_is_forward(op) && strategies[k] != Strategy::Auto) {
+      t.unsupported = true;
+      t.error = "forward ops have no gamma/beta strategy";
+    } else if (mode == TimingMode::Graph && !backend.graphs_supported()) {
+      t.error = "graph mode needs a CUDA device";
+    } else {
+      // Every strategy's workspace before any graph is captured: a graph keeps the workspace's
+      // address, which a later strategy's larger need would free.
+      guarded(t, [&] {
+        setup.ensure_workspace(op, strategies[k]);
+        t.plan = setup.plan(op, strategies[k]).describe();
+      });
+    }
+  }
+
+  const int sets = setup.sets();
+  std::vector<std::unique_ptr<TimedRuns>> ready(count);
+  for (std::size_t k = 0; k < count; ++k) {
+    Timing& t = out[k];
+    if (failed(t)) continue;
+    const Strategy strategy = strategies[k];
+    const Call call = [&setup, op, strategy, sets](std::int64_t i) { setup.run(op, strategy, i % sets); };
+    guarded(t, [&] {
+      call(0);
+      backend.synchronize();
+      if (params.budget_s > 0) {
+        const double one_us = backend.time_once(call, sets > 1 ? 1 : 0);
+        const double calls = mode == TimingMode::Events
+                                 ? double(t.warmup + t.iters * t.runs)
+                                 : double(t.warmup + graph_calls(t.iters, sets) * (t.runs + 1));
+        const double predicted_s = one_us * 1e-6 * calls;
+        if (predicted_s > params.budget_s) {
+          const double f = params.budget_s / predicted_s;
+          t.iters = std::max(1, int(double(t.iters) * f));
+          t.warmup = std::max(1, int(double(t.warmup) * f));
+        }
+      }
+      t.wall_start_ms = unix_ms();
+      if (mode == TimingMode::Events) {
+        ready[k] = backend.prepare_stream(call, t.warmup, t.iters);
+      } else {
+        t.calls_per_graph = graph_calls(t.iters, sets);
+        ready[k] = backend.prepare_graph(call, t.warmup, t.calls_per_graph);
+      }
+    });
+  }
+
+  // Rounds: in round r the strategies take turns from strategy r mod count, so none is always first
+  // after another one's graph (or after the host work between cells).
+  const int runs = std::max(params.runs, 1);
+  for (int r = 0; r < runs; ++r) {
+    for (std::size_t j = 0; j < count; ++j) {
+      const std::size_t k = (std::size_t(r) + j) % count;
+      if (!ready[k]) continue;
+      guarded(out[k], [&] {
+        out[k].runs_us.push_back(ready[k]->run());
+        out[k].wall_end_ms = unix_ms();
+      });
+      if (failed(out[k])) ready[k].reset();
+    }
+  }
+  for (std::size_t k = 0; k < count; ++k) {
+    if (!ready[k]) continue;
+    ready[k].reset();
+    summarize(out[k]);
+    out[k].ok = true;
+  }
+  return out;
 }
 
 }  // namespace nkbench

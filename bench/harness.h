@@ -51,6 +51,9 @@ struct TimingParams {
   /// Measurements whose first call predicts more than this many seconds for the whole
   /// measurement get fewer iterations (never fewer than 1); 0 = no limit.
   double budget_s = 0;
+  /// measure_strategies: the strategies' runs take turns (true), or each strategy is measured whole,
+  /// one after another (false: how every result before NOTES entry 96 was measured).
+  bool interleave = true;
 };
 
 struct RotationPolicy {
@@ -142,5 +145,14 @@ struct Timing {
 /// Times `op` forced to `strategy` (Auto = the planner's choice) in `mode`.
 Timing measure(Backend& backend, Setup& setup, OpKind op, normkit::Strategy strategy, TimingMode mode,
                const TimingParams& params);
+
+/// Times `op` under each of `strategies` (one Timing each, in their order). With params.interleave,
+/// every strategy is made ready first (warm-up, graph), then run r times each of them once, starting
+/// at strategy r mod count: a drift of the GPU's clock or power over a cell then falls on all the
+/// strategies alike instead of on whichever was measured last, and the ratios the reports draw
+/// between them (auto / best forced) compare times taken side by side. Without it, measure() each.
+std::vector<Timing> measure_strategies(Backend& backend, Setup& setup, OpKind op,
+                                       const std::vector<normkit::Strategy>& strategies, TimingMode mode,
+                                       const TimingParams& params);
 
 }  // namespace nkbench

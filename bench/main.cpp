@@ -114,8 +114,10 @@ int run_seed(Context& ctx, const Outputs& out) {
       std::map<Strategy, Timing> t;
       std::vector<Strategy> strategies = {Strategy::Tiled, Strategy::TwoPass, Strategy::Fused, Strategy::Auto};
       if (std::find(strategies.begin(), strategies.end(), mixed) == strategies.end()) strategies.push_back(mixed);
-      for (Strategy st : strategies) {
-        t[st] = measure(*ctx.backend, *setup, gb, st, mode, ctx.params);
+      const std::vector<Timing> gb_timings = measure_strategies(*ctx.backend, *setup, gb, strategies, mode, ctx.params);
+      for (std::size_t k = 0; k < strategies.size(); ++k) {
+        const Strategy st = strategies[k];
+        t[st] = gb_timings[k];
         note_failure(ctx, std::string(c.name) + " " + op_kind_name(gb) + " " + normkit::strategy_name(st), t[st]);
         records.push_back(timing_record(ctx, "seed", c.name, *setup, gb, st, mode, t[st]));
       }
@@ -147,8 +149,12 @@ int run_seed(Context& ctx, const Outputs& out) {
 
       // Second table: full backward (auto, fused, best unfused) and forward.
       std::map<Strategy, Timing> f;
-      for (Strategy st : {Strategy::Auto, Strategy::Fused, Strategy::Tiled, Strategy::TwoPass}) {
-        f[st] = measure(*ctx.backend, *setup, full, st, mode, ctx.params);
+      const std::vector<Strategy> full_strategies = {Strategy::Auto, Strategy::Fused, Strategy::Tiled, Strategy::TwoPass};
+      const std::vector<Timing> full_timings =
+          measure_strategies(*ctx.backend, *setup, full, full_strategies, mode, ctx.params);
+      for (std::size_t k = 0; k < full_strategies.size(); ++k) {
+        const Strategy st = full_strategies[k];
+        f[st] = full_timings[k];
         note_failure(ctx, std::string(c.name) + " " + op_kind_name(full) + " " + normkit::strategy_name(st), f[st]);
         records.push_back(timing_record(ctx, "seed", c.name, *setup, full, st, mode, f[st]));
       }
@@ -233,8 +239,11 @@ int run_shapes(Context& ctx, const Outputs& out, const std::string& suite, const
           for (auto mode : ctx.modes) {
             std::map<Strategy, Timing> t;
             const auto op_strategies = strategies_for(op, strategies);
-            for (Strategy st : op_strategies) {
-              t[st] = measure(*ctx.backend, *setup, op, st, mode, ctx.params);
+            const std::vector<Timing> timings =
+                measure_strategies(*ctx.backend, *setup, op, op_strategies, mode, ctx.params);
+            for (std::size_t k = 0; k < op_strategies.size(); ++k) {
+              const Strategy st = op_strategies[k];
+              t[st] = timings[k];
               note_failure(ctx, sc.name + " " + op_kind_name(op) + " " + normkit::strategy_name(st), t[st]);
               records.push_back(timing_record(ctx, suite, sc.name, *setup, op, st, mode, t[st]));
             }
@@ -350,8 +359,11 @@ int run_sweep(Context& ctx, const Outputs& out, const std::vector<std::int64_t>&
     for (OpKind op : ops) {
       if (op_is_rms(op) != c.rms) continue;
       for (auto mode : ctx.modes) {
-        for (Strategy st : strategies_for(op, strategies)) {
-          const Timing t = measure(*ctx.backend, *setup, op, st, mode, ctx.params);
+        const auto op_strategies = strategies_for(op, strategies);
+        const std::vector<Timing> timings = measure_strategies(*ctx.backend, *setup, op, op_strategies, mode, ctx.params);
+        for (std::size_t k = 0; k < op_strategies.size(); ++k) {
+          const Strategy st = op_strategies[k];
+          const Timing& t = timings[k];
           if (!t.ok && !t.unsupported) {
             ++ctx.errors;
             std::fprintf(stderr, "\nnormkit-bench: %s M=%lld N=%lld %s: %s\n", op_kind_name(op), (long long)c.m,
@@ -460,6 +472,9 @@ int main_impl(int argc, char** argv) {
   cli.option("iters", "N", "timed calls per run (default 100; sweep/tune 20)");
   cli.option("warmup", "N", "untimed calls first (default 20; sweep/tune 3)");
   cli.option("runs", "N", "runs averaged (default 3)");
+  cli.flag("sequential",
+           "measure a cell's strategies one after another instead of taking turns run by run (how results before "
+           "NOTES entry 96 were measured)");
   cli.option("budget", "SECONDS",
              "per measurement: fewer iterations when the first call predicts more (default 2; sweep/tune 0.5; 0 = off)");
   cli.option("sweep-m", "LIST", "M values of the sweep (integers, 2^k, K/M suffixes)");
@@ -522,6 +537,7 @@ int main_impl(int argc, char** argv) {
     ctx.params.runs = int(cli.integer("runs", 3));
   }
   ctx.params.budget_s = cli.number("budget", long_mode ? 0.5 : 2.0);
+  ctx.params.interleave = !cli.has("sequential");
   if (ctx.params.iters < 1 || ctx.params.runs < 1 || ctx.params.warmup < 0) {
     std::cerr << "normkit-bench: --iters and --runs must be >= 1, --warmup >= 0\n";
     return 2;
