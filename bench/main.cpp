@@ -384,45 +384,58 @@ int run_sweep(Context& ctx, const Outputs& out, const std::vector<std::int64_t>&
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::fprintf(stderr, "\n[sweep] done: %zu cells, %zu measurements in %.1f s\n", cells.size(), records.size(), total);
 
-  // Summary: per (op, dtype, mode) how often auto is within the tie band of the best forced strategy.
-  struct Agg {
-    int cells = 0, within = 0;
-    double worst = 0;
-    std::string worst_cell;
+  // Summary: per (op, dtype, mode) how often auto is within the tie band of the best forced strategy,
+  // and how far apart auto and a forced strategy that ran auto's very plan were timed: the same
+  // kernels measured twice, so that spread is the measurement's own, not the planner's.
+  struct Timed {
+    double us;
+    std::string plan;
   };
-  std::map<std::string, Agg> agg;
-  std::map<std::string, std::map<std::string, double>> best_forced, auto_time;  // key -> cell -> µs
+  std::map<std::string, std::map<std::string, Timed>> best_forced, auto_time;  // key -> cell -> time
+  std::map<std::string, std::map<std::string, std::vector<Timed>>> forced;     // key -> cell -> every forced one
   for (const Record& r : records) {
     std::map<std::string, const Value*> f;
     for (const auto& kv : r) f[kv.first] = &kv.second;
     if (!f["ok"]->b) continue;
     const std::string key = f["op"]->s + " " + f["dtype"]->s + " " + f["mode"]->s;
     const std::string cellname = std::to_string(f["M"]->i) + "x" + std::to_string(f["N"]->i);
-    const double v = f["time_us"]->d;
+    const Timed t{f["time_us"]->d, f["plan"]->s};
     if (f["strategy"]->s == "auto") {
-      auto_time[key][cellname] = v;
+      auto_time[key][cellname] = t;
     } else {
+      forced[key][cellname].push_back(t);
       auto& b = best_forced[key][cellname];
-      if (b == 0 || v < b) b = v;
+      if (b.us == 0 || t.us < b.us) b = t;
     }
   }
   Table summary;
   summary.header = {"op dtype mode", "cells", "auto within " + fmt(100 * ctx.tie, 0) + "% of best forced", "worst auto/best",
-                    "worst cell"};
+                    "worst cell", "cells with auto's plan forced", "their auto / forced (min-max)"};
   for (const auto& [key, cellmap] : auto_time) {
-    Agg a;
+    int cells = 0, within = 0, same_plan = 0;
+    double worst = 0, same_lo = 0, same_hi = 0;
+    std::string worst_cell;
     for (const auto& [cellname, at] : cellmap) {
       const auto it = best_forced[key].find(cellname);
       if (it == best_forced[key].end()) continue;
-      const double ratio = at / it->second;
-      ++a.cells;
-      if (ratio <= 1.0 + ctx.tie) ++a.within;
-      if (ratio > a.worst) {
-        a.worst = ratio;
-        a.worst_cell = cellname;
+      const double ratio = at.us / it->second.us;
+      ++cells;
+      if (ratio <= 1.0 + ctx.tie) ++within;
+      if (ratio > worst) {
+        worst = ratio;
+        worst_cell = cellname;
+      }
+      for (const Timed& f : forced[key][cellname]) {
+        if (f.plan != at.plan) continue;
+        const double same = at.us / f.us;
+        same_lo = same_plan ? std::min(same_lo, same) : same;
+        same_hi = same_plan ? std::max(same_hi, same) : same;
+        ++same_plan;
+        break;  // one forced strategy per cell
       }
     }
-    summary.rows.push_back({key, std::to_string(a.cells), std::to_string(a.within), fmt(a.worst, 3), a.worst_cell});
+    summary.rows.push_back({key, std::to_string(cells), std::to_string(within), fmt(worst, 3), worst_cell,
+                            std::to_string(same_plan), same_plan ? fmt(same_lo, 3) + "-" + fmt(same_hi, 3) : "-"});
   }
   std::string md = "# normkit-bench --sweep\n\n" + header_lines(ctx, "sweep", ctx.modes.back()) + summary.markdown();
   std::cout << md;
