@@ -204,12 +204,12 @@ Setup::~Setup() {
   }
 }
 
-normkit::ExecConfig Setup::config(Strategy strategy) const {
+normkit::ExecConfig Setup::config(Strategy strategy, const normkit::PlannerTable* table) const {
   normkit::ExecConfig c;
   c.device = backend_.device();
   c.stream = backend_.stream();
   c.strategy = strategy;
-  c.table = table_;
+  c.table = table;
   return c;
 }
 
@@ -263,30 +263,31 @@ normkit::RmsNormBackwardArgs Setup::rms_bwd_args(std::int64_t set, bool dx) cons
   return a;
 }
 
-void Setup::run(OpKind op, Strategy strategy, std::int64_t set) {
+void Setup::run(OpKind op, Strategy strategy, std::int64_t set, const normkit::PlannerTable* table) {
   const normkit::Workspace ws{workspace_, workspace_bytes_};
+  const normkit::ExecConfig cfg = config(op_is_forward(op) ? Strategy::Auto : strategy, table);
   switch (op) {
-    case OpKind::LnFwd: normkit::layer_norm_forward(ln_fwd_args(set), config(Strategy::Auto)); break;
-    case OpKind::RmsFwd: normkit::rms_norm_forward(rms_fwd_args(set), config(Strategy::Auto)); break;
-    case OpKind::LnBwd: normkit::layer_norm_backward(ln_bwd_args(set, true), config(strategy), ws); break;
-    case OpKind::LnGb: normkit::layer_norm_backward(ln_bwd_args(set, false), config(strategy), ws); break;
-    case OpKind::RmsBwd: normkit::rms_norm_backward(rms_bwd_args(set, true), config(strategy), ws); break;
-    case OpKind::RmsGb: normkit::rms_norm_backward(rms_bwd_args(set, false), config(strategy), ws); break;
+    case OpKind::LnFwd: normkit::layer_norm_forward(ln_fwd_args(set), cfg); break;
+    case OpKind::RmsFwd: normkit::rms_norm_forward(rms_fwd_args(set), cfg); break;
+    case OpKind::LnBwd: normkit::layer_norm_backward(ln_bwd_args(set, true), cfg, ws); break;
+    case OpKind::LnGb: normkit::layer_norm_backward(ln_bwd_args(set, false), cfg, ws); break;
+    case OpKind::RmsBwd: normkit::rms_norm_backward(rms_bwd_args(set, true), cfg, ws); break;
+    case OpKind::RmsGb: normkit::rms_norm_backward(rms_bwd_args(set, false), cfg, ws); break;
   }
 }
 
-std::size_t Setup::ensure_workspace(OpKind op, Strategy strategy) {
+std::size_t Setup::ensure_workspace(OpKind op, Strategy strategy, const normkit::PlannerTable* table) {
   std::size_t need = 0;
   switch (op) {
     case OpKind::LnFwd:
     case OpKind::RmsFwd: return 0;
     case OpKind::LnBwd:
     case OpKind::LnGb:
-      need = normkit::layer_norm_backward_workspace_size(ln_bwd_args(0, op == OpKind::LnBwd), config(strategy));
+      need = normkit::layer_norm_backward_workspace_size(ln_bwd_args(0, op == OpKind::LnBwd), config(strategy, table));
       break;
     case OpKind::RmsBwd:
     case OpKind::RmsGb:
-      need = normkit::rms_norm_backward_workspace_size(rms_bwd_args(0, op == OpKind::RmsBwd), config(strategy));
+      need = normkit::rms_norm_backward_workspace_size(rms_bwd_args(0, op == OpKind::RmsBwd), config(strategy, table));
       break;
   }
   if (need > workspace_bytes_) {
@@ -314,15 +315,16 @@ normkit::Problem Setup::problem(OpKind op) const {
   return p;
 }
 
-normkit::Plan Setup::plan(OpKind op, Strategy strategy) const {
+normkit::Plan Setup::plan(OpKind op, Strategy strategy, const normkit::PlannerTable* table) const {
+  const normkit::ExecConfig cfg = config(strategy, table);
   switch (op) {
     case OpKind::LnBwd:
-    case OpKind::LnGb: return normkit::plan_layer_norm_backward(ln_bwd_args(0, op == OpKind::LnBwd), config(strategy));
+    case OpKind::LnGb: return normkit::plan_layer_norm_backward(ln_bwd_args(0, op == OpKind::LnBwd), cfg);
     case OpKind::RmsBwd:
-    case OpKind::RmsGb: return normkit::plan_rms_norm_backward(rms_bwd_args(0, op == OpKind::RmsBwd), config(strategy));
+    case OpKind::RmsGb: return normkit::plan_rms_norm_backward(rms_bwd_args(0, op == OpKind::RmsBwd), cfg);
     default:
       return normkit::plan(problem(op), backend_.planner_facts(), Strategy::Auto,
-                           table_ != nullptr ? *table_ : normkit::default_planner_table());
+                           cfg.table != nullptr ? *cfg.table : normkit::default_planner_table());
   }
 }
 
@@ -373,37 +375,43 @@ void guarded(Timing& t, const Step& step) {
 
 Timing measure(Backend& backend, Setup& setup, OpKind op, Strategy strategy, TimingMode mode,
                const TimingParams& params) {
-  TimingParams one = params;
-  one.interleave = true;  // one strategy: nothing to interleave with, and no recursion
-  return measure_strategies(backend, setup, op, {strategy}, mode, one).front();
+  return measure_variants(backend, setup, op, {Variant{strategy}}, mode, params).front();
 }
 
 std::vector<Timing> measure_strategies(Backend& backend, Setup& setup, OpKind op,
                                        const std::vector<Strategy>& strategies, TimingMode mode,
                                        const TimingParams& params) {
-  if (!params.interleave) {
+  std::vector<Variant> variants;
+  for (Strategy s : strategies) variants.push_back({s});
+  return measure_variants(backend, setup, op, variants, mode, params);
+}
+
+std::vector<Timing> measure_variants(Backend& backend, Setup& setup, OpKind op, const std::vector<Variant>& variants,
+                                     TimingMode mode, const TimingParams& params) {
+  if (!params.interleave && variants.size() > 1) {
     std::vector<Timing> out;
-    for (Strategy s : strategies) out.push_back(measure(backend, setup, op, s, mode, params));
+    for (const Variant& v : variants) out.push_back(measure_variants(backend, setup, op, {v}, mode, params).front());
     return out;
   }
-  const std::size_t count = strategies.size();
+  const std::size_t count = variants.size();
   std::vector<Timing> out(count);
   for (std::size_t k = 0; k < count; ++k) {
     Timing& t = out[k];
     t.warmup = params.warmup;
     t.iters = params.iters;
     t.runs = std::max(params.runs, 1);
-    if (op_is_forward(op) && strategies[k] != Strategy::Auto) {
+    const Variant& v = variants[k];
+    if (op_is_forward(op) && v.strategy != Strategy::Auto) {
       t.unsupported = true;
       t.error = "forward ops have no gamma/beta strategy";
     } else if (mode == TimingMode::Graph && !backend.graphs_supported()) {
       t.error = "graph mode needs a CUDA device";
     } else {
-      // Every strategy's workspace before any graph is captured: a graph keeps the workspace's
-      // address, which a later strategy's larger need would free.
+      // Every variant's workspace before any graph is captured: a graph keeps the workspace's
+      // address, which a later variant's larger need would free.
       guarded(t, [&] {
-        setup.ensure_workspace(op, strategies[k]);
-        t.plan = setup.plan(op, strategies[k]).describe();
+        setup.ensure_workspace(op, v.strategy, v.table);
+        t.plan = setup.plan(op, v.strategy, v.table).describe();
       });
     }
   }
@@ -413,8 +421,8 @@ std::vector<Timing> measure_strategies(Backend& backend, Setup& setup, OpKind op
   for (std::size_t k = 0; k < count; ++k) {
     Timing& t = out[k];
     if (failed(t)) continue;
-    const Strategy strategy = strategies[k];
-    const Call call = [&setup, op, strategy, sets](std::int64_t i) { setup.run(op, strategy, i % sets); };
+    const Variant v = variants[k];
+    const Call call = [&setup, op, v, sets](std::int64_t i) { setup.run(op, v.strategy, i % sets, v.table); };
     guarded(t, [&] {
       call(0);
       backend.synchronize();
@@ -440,7 +448,7 @@ std::vector<Timing> measure_strategies(Backend& backend, Setup& setup, OpKind op
     });
   }
 
-  // Rounds: in round r the strategies take turns from strategy r mod count, so none is always first
+  // Rounds: in round r the variants take turns from variant r mod count, so none is always first
   // after another one's graph (or after the host work between cells).
   const int runs = std::max(params.runs, 1);
   for (int r = 0; r < runs; ++r) {

@@ -89,16 +89,15 @@ class Setup {
   int sets() const { return sets_; }
   std::size_t set_bytes() const { return set_bytes_; }
 
-  normkit::ExecConfig config(normkit::Strategy strategy) const;
-  /// Planner table of every call made through this setup (nullptr: the library's default); the
+  /// `table` plans the call (nullptr: the library's default, which NORMKIT_PLANNER_TABLE may name); the
   /// caller keeps it alive. --tune times plans that the default table would not choose with it.
-  void set_table(const normkit::PlannerTable* table) { table_ = table; }
-  /// Runs `op` on buffer set `set` (workspace must have been ensured for backward ops).
-  void run(OpKind op, normkit::Strategy strategy, std::int64_t set);
+  normkit::ExecConfig config(normkit::Strategy strategy, const normkit::PlannerTable* table = nullptr) const;
+  /// Runs `op` on buffer set `set` (workspace must have been ensured for backward ops); `table` as in config().
+  void run(OpKind op, normkit::Strategy strategy, std::int64_t set, const normkit::PlannerTable* table = nullptr);
   /// Workspace query (throws normkit::Error when the strategy cannot serve the op) and growth.
-  std::size_t ensure_workspace(OpKind op, normkit::Strategy strategy);
+  std::size_t ensure_workspace(OpKind op, normkit::Strategy strategy, const normkit::PlannerTable* table = nullptr);
   /// The plan the library would run (backward: plan_*_backward; forward: normkit::plan).
-  normkit::Plan plan(OpKind op, normkit::Strategy strategy) const;
+  normkit::Plan plan(OpKind op, normkit::Strategy strategy, const normkit::PlannerTable* table = nullptr) const;
   /// normkit::plan() for the backward op with a custom table (e.g. fused disabled).
   normkit::Plan plan_with_table(OpKind op, normkit::Strategy strategy, const normkit::PlannerTable& table) const;
   normkit::Problem problem(OpKind op) const;
@@ -124,7 +123,6 @@ class Setup {
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
   std::vector<void*> allocations_;
-  const normkit::PlannerTable* table_ = nullptr;
 };
 
 /// One measurement's outcome.
@@ -146,11 +144,22 @@ struct Timing {
 Timing measure(Backend& backend, Setup& setup, OpKind op, normkit::Strategy strategy, TimingMode mode,
                const TimingParams& params);
 
-/// Times `op` under each of `strategies` (one Timing each, in their order). With params.interleave,
-/// every strategy is made ready first (warm-up, graph), then run r times each of them once, starting
-/// at strategy r mod count: a drift of the GPU's clock or power over a cell then falls on all the
-/// strategies alike instead of on whichever was measured last, and the ratios the reports draw
-/// between them (auto / best forced) compare times taken side by side. Without it, measure() each.
+/// What one measurement of measure_variants runs: a strategy, planned under `table` (nullptr: the
+/// library's default).
+struct Variant {
+  normkit::Strategy strategy;
+  const normkit::PlannerTable* table = nullptr;
+};
+
+/// Times `op` under each variant (one Timing each, in their order). With params.interleave, every
+/// variant is made ready first (warm-up, graph), then run r times each of them once, starting at
+/// variant r mod count: a drift of the GPU's clock or power over a cell then falls on all of them
+/// alike instead of on whichever was measured last, and the ratios drawn between them (auto / best
+/// forced, a tuned table against the default) compare times taken side by side. Without it,
+/// each variant is measured whole, one after another.
+std::vector<Timing> measure_variants(Backend& backend, Setup& setup, OpKind op, const std::vector<Variant>& variants,
+                                     TimingMode mode, const TimingParams& params);
+/// measure_variants of `strategies` under the default table.
 std::vector<Timing> measure_strategies(Backend& backend, Setup& setup, OpKind op,
                                        const std::vector<normkit::Strategy>& strategies, TimingMode mode,
                                        const TimingParams& params);

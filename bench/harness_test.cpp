@@ -130,6 +130,23 @@ TEST_F(MeasureStrategies, AStrategyThatCannotServeTheOpIsLeftOutOfTheTurns) {
   EXPECT_EQ(t[1].runs_us.size(), 2u);
 }
 
+TEST_F(MeasureStrategies, VariantsRunUnderTheirOwnTablesSideBySide) {
+  // The tuner's two-way steps: one strategy under two planner tables, measured in turns.
+  normkit::PlannerTable no_simple = normkit::default_planner_table(), simple = no_simple;
+  no_simple.simple_max_rows = 0;
+  simple.simple_max_rows = 16;
+  params_.runs = 2;
+  const std::vector<Timing> t = measure_variants(backend_, *setup_, OpKind::LnGb,
+                                                 {{Strategy::Auto, &no_simple}, {Strategy::Auto, &simple}},
+                                                 TimingMode::Events, params_);
+  const std::vector<std::string> expected = {"prepare 0", "prepare 1", "run 0", "run 1", "run 1", "run 0"};
+  EXPECT_EQ(log_, expected);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_TRUE(t[0].ok && t[1].ok);
+  EXPECT_EQ(t[0].plan.rfind("simple", 0), std::string::npos) << t[0].plan;
+  EXPECT_EQ(t[1].plan.rfind("simple", 0), 0u) << t[1].plan;
+}
+
 TEST_F(MeasureStrategies, GraphModeWithoutADeviceIsAnErrorForEveryStrategy) {
   const std::vector<Timing> t =
       measure_strategies(backend_, *setup_, OpKind::LnGb, {Strategy::Tiled, Strategy::Auto}, TimingMode::Graph, params_);

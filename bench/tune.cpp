@@ -48,17 +48,14 @@ normkit::PlannerTable best_table_of(const std::vector<normkit::PlannerTable>& ca
   return current;
 }
 
-/// One point of a two-way step: `op` timed under table `first`, then under `second` (each recorded by `timed`
-/// with its label); the setup is left holding `second`.
+/// One point of a two-way step: `op` under table `first` and under `second`, timed side by side by `timed`
+/// (measure_variants; each noted and recorded under its label).
 template <typename Timed>
 std::pair<Timing, Timing> timed_under_tables(Setup& setup, OpKind op, Strategy strategy, const normkit::PlannerTable& first,
                                              const std::string& first_label, const normkit::PlannerTable& second,
                                              const std::string& second_label, Timed&& timed) {
-  setup.set_table(&first);
-  Timing a = timed(setup, op, strategy, first_label);
-  setup.set_table(&second);
-  Timing b = timed(setup, op, strategy, second_label);
-  return {std::move(a), std::move(b)};
+  std::vector<Timing> t = timed(setup, op, {Variant{strategy, &first}, Variant{strategy, &second}}, {first_label, second_label});
+  return {std::move(t[0]), std::move(t[1])};
 }
 
 /// Whether the tune measures an M x N cell of `op`: its byte floor within --max-cell-bytes and, on the CPU
@@ -360,11 +357,14 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   const TimingMode mode = ctx.modes.back();  // graph when available
   const normkit::DeviceFacts facts = ctx.backend->planner_facts();
   std::vector<Record> records;
-  // One measurement of the tune under the table `setup` holds: timed, a failure noted, recorded as `label`.
-  auto timed = [&](Setup& setup, OpKind op, Strategy st, const std::string& label) {
-    const Timing t = measure(*ctx.backend, setup, op, st, mode, ctx.params);
-    note_failure(ctx, "tune", t);
-    records.push_back(timing_record(ctx, "tune", label, setup, op, st, mode, t));
+  // Measurements of the tune, timed side by side (measure_variants): each failure noted, each recorded
+  // under its label.
+  auto timed = [&](Setup& setup, OpKind op, const std::vector<Variant>& variants, const std::vector<std::string>& labels) {
+    std::vector<Timing> t = measure_variants(*ctx.backend, setup, op, variants, mode, ctx.params);
+    for (std::size_t k = 0; k < t.size(); ++k) {
+      note_failure(ctx, "tune", t[k]);
+      records.push_back(timing_record(ctx, "tune", labels[k], setup, op, variants[k].strategy, mode, t[k]));
+    }
     return t;
   };
 
@@ -388,10 +388,10 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
         auto setup = make_setup(ctx, rms, m, n, dtype, &why);
         if (!setup) continue;
         Point p{op, m, n, {}};
-        for (Strategy st : {Strategy::Simple, Strategy::Tiled, Strategy::TwoPass}) {
-          const Timing t = timed(*setup, op, st, "crossover");
-          if (t.ok) p.t[st] = t.mean_us;
-        }
+        const std::vector<Variant> crossover = {{Strategy::Simple}, {Strategy::Tiled}, {Strategy::TwoPass}};
+        const std::vector<Timing> t = timed(*setup, op, crossover, {"crossover", "crossover", "crossover"});
+        for (std::size_t k = 0; k < t.size(); ++k)
+          if (t[k].ok) p.t[crossover[k].strategy] = t[k].mean_us;
         if (!p.t.empty()) points.push_back(p);
       }
     }
@@ -523,14 +523,18 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
       if (!setup) continue;
       for (OpKind op : rms ? std::vector<OpKind>{OpKind::RmsBwd, OpKind::RmsGb}
                            : std::vector<OpKind>{OpKind::LnBwd, OpKind::LnGb}) {
-        const Timing fused = measure(*ctx.backend, *setup, op, Strategy::Fused, mode, ctx.params);
-        records.push_back(timing_record(ctx, "tune", sc.name, *setup, op, Strategy::Fused, mode, fused));
-        if (!fused.ok) continue;  // fused cannot serve this row width
-        double unfused = kNaN;
-        for (Strategy st : {Strategy::Tiled, Strategy::TwoPass}) {
-          const Timing t = timed(*setup, op, st, sc.name);
-          if (t.ok && !(t.mean_us >= unfused)) unfused = t.mean_us;
+        try {
+          (void)setup->plan(op, Strategy::Fused);
+        } catch (const normkit::Error&) {
+          continue;  // fused cannot serve this row width
         }
+        const std::vector<Timing> t =
+            timed(*setup, op, {{Strategy::Fused}, {Strategy::Tiled}, {Strategy::TwoPass}}, {sc.name, sc.name, sc.name});
+        const Timing& fused = t[0];
+        if (!fused.ok) continue;
+        double unfused = kNaN;
+        for (std::size_t k = 1; k < t.size(); ++k)
+          if (t[k].ok && !(t[k].mean_us >= unfused)) unfused = t[k].mean_us;
         if (!std::isfinite(unfused)) continue;
         log_sum += std::log(fused.mean_us / unfused);
         ++fused_points;
@@ -570,19 +574,21 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
           std::fflush(stderr);
           auto setup = make_setup(ctx, rms, m, n, dtype, &why);
           if (!setup) continue;
-          setup->set_table(&cluster_everywhere);
           try {
             if (setup->plan_with_table(op, Strategy::Fused, cluster_everywhere).cluster_blocks < 2) continue;
           } catch (const normkit::Error&) {
             continue;  // fused cannot serve this row (e.g. unaligned): nothing to compare
           }
-          const Timing cluster = timed(*setup, op, Strategy::Fused, "cluster");
-          setup->set_table(&no_cluster);
+          const std::vector<Timing> t = timed(*setup, op,
+                                              {{Strategy::Fused, &cluster_everywhere},
+                                               {Strategy::Tiled, &no_cluster},
+                                               {Strategy::TwoPass, &no_cluster},
+                                               {Strategy::Fused, &no_cluster}},
+                                              {"cluster", "no_cluster", "no_cluster", "no_cluster"});
+          const Timing& cluster = t[0];
           double other = kNaN;
-          for (Strategy st : {Strategy::Tiled, Strategy::TwoPass, Strategy::Fused}) {
-            const Timing t = timed(*setup, op, st, "no_cluster");
-            if (t.ok && !(t.mean_us >= other)) other = t.mean_us;
-          }
+          for (std::size_t k = 1; k < t.size(); ++k)
+            if (t[k].ok && !(t[k].mean_us >= other)) other = t[k].mean_us;
           if (cluster.ok && std::isfinite(other)) cluster_points.push_back({op, m, n, cluster.mean_us, other});
         }
     }
