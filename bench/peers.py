@@ -13,10 +13,12 @@ Ops per case: gb = dgamma/dbeta only (output_mask [F,T,T] / [F,T]), full = dX + 
 fwd = forward. Shapes: the seed's 13 cases and the LLM shapes (bf16 and fp16, LN and RMS).
 
 Timing (same for every peer): the call is captured 20 times into one CUDA graph (inputs rotate over
-buffer sets until they exceed 3x L2, at most 1024 sets, so that bandwidth is not served from cache), the graph is
-replayed untimed for at least --warm-ms (25 ms: the GPU's clocks are back up after the idle time of compiling
-and building inputs before each case), then 5 timed replays; the median replay / 20 is the kernel time (launch
-overhead excluded). Floors: bytes that must move (/work/shared/norm-math.md) over a device-to-device
+buffer sets until they exceed 3x L2, at most 1024 sets, so that bandwidth is not served from cache). The peers
+of one op (forward, gamma/beta, full backward) are timed side by side: every graph is captured and replayed
+once, then all are replayed in turn, untimed, for at least --warm-ms (25 ms: the GPU's clocks are back up after
+the idle time of compiling and building inputs before each case), then 5 rounds of one timed replay each, round
+r starting at peer r mod count, so that a drift of the clocks or power over a case falls on every peer alike;
+the median replay / 20 is the kernel time (launch overhead excluded). Floors: bytes that must move (/work/shared/norm-math.md) over a device-to-device
 copy bandwidth measured in the same process.
 
 Writes --out (markdown, default bench/results/h200-peers.md) and a JSON next to it, after every case
@@ -123,17 +125,21 @@ class Timer:
         want = math.ceil(self.l2_factor * self.l2_bytes / max(input_bytes, 1))
         return max(1, min(want, self.max_sets))
 
-    def graph_time_us(self, fn, sets):
-        """fn(i) runs one call on buffer set i. Median over replays of the per-call time (µs)."""
-        calls = self.calls if sets <= 1 else math.ceil(max(self.calls, sets) / sets) * sets
+    def calls_for(self, sets):
+        """Calls captured in one graph: at least --calls, and a whole number of rotations of the sets."""
+        return self.calls if sets <= 1 else math.ceil(max(self.calls, sets) / sets) * sets
+
+    def prepare(self, fn, sets):
+        """fn(i) runs one call on buffer set i. Returns a function that times one replay of every set in
+        turn (`calls` calls; µs a call): on a GPU one CUDA graph of them, captured now and replayed once."""
+        calls = self.calls_for(sets)
         if SMOKE:
-            times = []
-            for _ in range(self.replays):
+            def host_run():
                 t0 = time.perf_counter()
                 for i in range(calls):
                     fn(i % sets)
-                times.append((time.perf_counter() - t0) * 1e6 / calls)
-            return statistics.median(times), calls
+                return (time.perf_counter() - t0) * 1e6 / calls
+            return host_run
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # warm-up outside capture (compilation, allocator)
@@ -145,26 +151,63 @@ class Timer:
         with torch.cuda.graph(graph):
             for i in range(calls):
                 fn(i % sets)
+        graph.replay()
+        torch.cuda.synchronize()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+        def graph_run():
+            start.record()
+            graph.replay()
+            stop.record()
+            stop.synchronize()
+            return start.elapsed_time(stop) * 1000.0 / calls
+        return graph_run
+
+    def side_by_side(self, named, sets):
+        """named: [(key, fn)] of one op, fn(i) one call on buffer set i. Every fn is made ready (prepare),
+        then all are replayed in turn, untimed, for at least warm_ms, then `replays` rounds of one timed
+        replay each, round r starting at fn r mod count: a drift of the clocks or power over the case falls on
+        every peer alike. Returns ({key: (median µs a call, calls)}, {key: error})."""
+        ready, errors = {}, {}
+        for key, fn in named:
+            try:
+                ready[key] = self.prepare(fn, sets)
+            except Exception as ex:  # noqa: BLE001
+                errors[key] = error_text(ex)
+                sync()
+        keys = list(ready)
         # Untimed replays for warm_ms: a case follows host-only work (torch.compile, input building) that
         # leaves the GPU idle, and its clocks come back over milliseconds -- longer than the timed replays
         # of a tiny case take (the peers run at b805800, after 71 s of pip on that host, timed every peer's
         # smallest cases 0.2-1.4 us slower than a3f6163's run; docs/NOTES.md entry 89).
         deadline = time.perf_counter() + self.warm_ms / 1000.0
-        graph.replay()
-        torch.cuda.synchronize()
-        while time.perf_counter() < deadline:
-            graph.replay()
-            torch.cuda.synchronize()
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(self.replays):
-            start.record()
-            graph.replay()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop) * 1000.0 / calls)
-        del graph
-        return statistics.median(times), calls
+        first = True
+        while keys and (first or time.perf_counter() < deadline):
+            first = False
+            for key in list(keys):
+                try:
+                    ready[key]()
+                except Exception as ex:  # noqa: BLE001
+                    errors[key] = error_text(ex)
+                    keys.remove(key)
+                    sync()
+        times = {key: [] for key in keys}
+        for r in range(self.replays):
+            order = keys[r % len(keys):] + keys[:r % len(keys)] if keys else []
+            for key in order:
+                if key in errors:
+                    continue
+                try:
+                    times[key].append(ready[key]())
+                except Exception as ex:  # noqa: BLE001
+                    errors[key] = error_text(ex)
+                    sync()
+        calls = self.calls_for(sets)
+        return {k: (statistics.median(v), calls) for k, v in times.items() if k not in errors and v}, errors
+
+
+def error_text(ex):
+    return f"{type(ex).__name__}: {str(ex).splitlines()[0][:200] if str(ex) else ''}"
 
 
 def copy_bandwidth(nbytes=1 << 30, repeats=10):
@@ -226,21 +269,22 @@ def compiled_ops(family, n):
     return (lambda s: cf(s["x"], s["w"]), lambda s: cb(s["dy"], s["x"], s["rstd"], s["w"]))
 
 
-def autograd_ops(module_fn):
+def autograd_ops(module_fn, key):
     """A peer exposing only an autograd function y = f(x, w, b): forward = f; full backward =
-    torch.autograd.grad of a y computed once per buffer set (retain_graph)."""
+    torch.autograd.grad of a y computed once per buffer set (retain_graph), kept in the set under `key`
+    (the peers' full backwards are timed side by side, each with its own)."""
     def prepare(s, family):
         x = s["x"].detach().requires_grad_()
         w = s["w"].detach().requires_grad_()
         b = s["b"].detach().requires_grad_() if family == "ln" else None
         y = module_fn(x, w, b)
-        s["_ag"] = (x, w, b, y)
+        s[key] = (x, w, b, y)
 
     def fwd(s):
         return module_fn(s["x"], s["w"], s["b"])
 
     def full(s):
-        x, w, b, y = s["_ag"]
+        x, w, b, y = s[key]
         inputs = (x, w) if b is None else (x, w, b)
         return torch.autograd.grad(y, inputs, s["dy"], retain_graph=True)
     return prepare, fwd, full
@@ -258,7 +302,7 @@ def optional_peers(family, n, liger_path):
         else:
             from liger_kernel.ops.rms_norm import LigerRMSNormFunction
             fn = lambda x, w, b: LigerRMSNormFunction.apply(x, w, 1e-6)  # noqa: E731
-        peers["liger"] = autograd_ops(fn)
+        peers["liger"] = autograd_ops(fn, "_ag_liger")
     except Exception as e:  # noqa: BLE001  (any import/API mismatch means "not available")
         notes.append(f"liger: {type(e).__name__}: {e}")
     try:
@@ -268,13 +312,13 @@ def optional_peers(family, n, liger_path):
         else:
             from apex.normalization.fused_layer_norm import fused_rms_norm_affine
             fn = lambda x, w, b: fused_rms_norm_affine(x, w, (n,), 1e-6)  # noqa: E731
-        peers["apex"] = autograd_ops(fn)
+        peers["apex"] = autograd_ops(fn, "_ag_apex")
     except Exception as e:  # noqa: BLE001
         notes.append(f"apex: {type(e).__name__}: {e}")
     if family == "rms":
         try:
             from quack.rmsnorm import rmsnorm as quack_rmsnorm
-            peers["quack"] = autograd_ops(lambda x, w, b: quack_rmsnorm(x, w, eps=1e-6))
+            peers["quack"] = autograd_ops(lambda x, w, b: quack_rmsnorm(x, w, eps=1e-6), "_ag_quack")
         except Exception as e:  # noqa: BLE001
             notes.append(f"quack: {type(e).__name__}: {e}")
     return peers, notes
@@ -347,7 +391,8 @@ def run(args):
         cases = [smoke_case(c) for c in cases]
     meta = dict(tool="bench/peers.py", commit=args.commit or git_commit(), gpu=prop.name, l2_bytes=l2,
                 torch=torch.__version__, copy_bandwidth_GBps=bw / 1e9, copy_bytes=bw_bytes,
-                calls_per_graph=args.calls, replays=args.replays, warm_ms=args.warm_ms, compile=not args.quick,
+                calls_per_graph=args.calls, replays=args.replays, warm_ms=args.warm_ms, side_by_side=True,
+                compile=not args.quick,
                 normkit=have_normkit, normkit_note=normkit_note, smoke=SMOKE, time_budget=args.time_budget,
                 # the planner's thresholds: the built-in (H200) table unless NORMKIT_PLANNER_TABLE names another
                 planner_table=os.environ.get("NORMKIT_PLANNER_TABLE") or "built-in")
@@ -364,49 +409,68 @@ def run(args):
         e = torch.empty((), dtype=dt).element_size()
         input_bytes = 2 * m * n * e
         nsets = timer.sets_for(input_bytes)
+        peers, notes = optional_peers(case["family"], n, args.liger_path)
+        notes_all.update(notes)
+        # Memory: the sets (x, dy and the outputs' worth), each autograd peer's y per set (its full backward
+        # is timed beside the others'), and one call's outputs in each graph's pool.
         free = 1 << 34 if SMOKE else torch.cuda.mem_get_info()[0]
-        while nsets > 1 and nsets * 3 * m * n * e > 0.5 * free:
+        while nsets > 1 and (nsets * (3 + len(peers)) + 6) * m * n * e > 0.5 * free:
             nsets -= 1
         print(f"[peers] {idx + 1}/{len(cases)} {case['name']} M={m} N={n} {case['dtype']} sets={nsets} "
               f"elapsed {time.time() - t_start:.0f}s", file=sys.stderr)
         sets = make_sets(case, nsets)
         row = dict(case, sets=nsets, times={}, errors={})
 
-        def timeit(key, fn, prepare=None):
-            try:
-                if prepare is not None:
-                    for s in sets:
-                        prepare(s, case["family"])
-                us, calls = timer.graph_time_us(lambda i: fn(sets[i]), nsets)
-                row["times"][key] = us
-            except Exception as ex:  # noqa: BLE001
-                row["errors"][key] = f"{type(ex).__name__}: {str(ex).splitlines()[0][:200] if str(ex) else ''}"
-                sync()
+        def time_side_by_side(entries):
+            """entries: [(key, fn, prepare or None)] of one op, timed side by side (Timer.side_by_side)."""
+            named = []
+            for key, fn, prepare in entries:
+                try:
+                    if prepare is not None:
+                        for s in sets:
+                            prepare(s, case["family"])
+                    named.append((key, (lambda f: lambda i: f(sets[i]))(fn)))
+                except Exception as ex:  # noqa: BLE001
+                    row["errors"][key] = error_text(ex)
+                    sync()
+            times, errors = timer.side_by_side(named, nsets)
+            row["times"].update({k: us for k, (us, _calls) in times.items()})
+            row["errors"].update(errors)
 
+        fwd_ops, gb_ops, full_ops = [], [], []
         fwd, gb, full = eager_ops(case["family"], n)
-        timeit("eager_fwd", fwd)
-        timeit("eager_gb", gb)
-        timeit("eager_full", full)
+        fwd_ops.append(("eager_fwd", fwd, None))
+        gb_ops.append(("eager_gb", gb, None))
+        full_ops.append(("eager_full", full, None))
         if use_compile and compile_spent < args.compile_budget:
+            # Compiled here, on one call each, so that the compile budget counts compiling alone.
             t0 = time.time()
             cfwd, cfull = compiled_ops(case["family"], n)
-            timeit("compile_fwd", cfwd)
-            timeit("compile_full", cfull)
+            for key, fn, ops in (("compile_fwd", cfwd, fwd_ops), ("compile_full", cfull, full_ops)):
+                try:
+                    fn(sets[0])
+                    sync()
+                    ops.append((key, fn, None))
+                except Exception as ex:  # noqa: BLE001
+                    row["errors"][key] = error_text(ex)
+                    sync()
             compile_spent += time.time() - t0
         elif use_compile:
             row["errors"]["compile"] = f"skipped: compile budget of {args.compile_budget:.0f} s spent"
-        peers, notes = optional_peers(case["family"], n, args.liger_path)
-        notes_all.update(notes)
         for pname, (prepare, pfwd, pfull) in peers.items():
-            timeit(f"{pname}_fwd", pfwd)
-            timeit(f"{pname}_full", pfull, prepare)
-            for s in sets:
-                s.pop("_ag", None)
+            fwd_ops.append((f"{pname}_fwd", pfwd, None))
+            full_ops.append((f"{pname}_full", pfull, prepare))
         if have_normkit:
             nfwd, ngb, nfull = normkit_ops(case["family"], n)
-            timeit("normkit_fwd", nfwd)
-            timeit("normkit_gb", ngb)
-            timeit("normkit_full", nfull)
+            fwd_ops.append(("normkit_fwd", nfwd, None))
+            gb_ops.append(("normkit_gb", ngb, None))
+            full_ops.append(("normkit_full", nfull, None))
+        for ops in (fwd_ops, gb_ops, full_ops):
+            time_side_by_side(ops)
+        for s in sets:  # the autograd peers' y
+            for key in [k for k in s if k.startswith("_ag_")]:
+                del s[key]
+        if have_normkit:
             try:
                 row["normkit_plan_gb"] = torch.ops.normkit.plan_backward(
                     "layer_norm" if case["family"] == "ln" else "rms_norm", m, n, dt,
@@ -469,7 +533,8 @@ def render(meta, results):
            + (f" ({meta['compile_seconds']} s compiling)" if meta["compile"] else ""),
            f"- mode: graph replay — {meta['calls_per_graph']} calls captured per graph (rounded up to whole input "
            f"rotations), median of {meta['replays']} replays after {meta.get('warm_ms', 0):g} ms of untimed ones; inputs "
-           f"rotate over buffer sets until > 3x L2",
+           f"rotate over buffer sets until > 3x L2"
+           + ("; the peers of an op timed side by side (one replay of each in turn)" if meta.get("side_by_side") else ""),
            f"- copy bandwidth: {meta['copy_bandwidth_GBps'] / 1000:.3f} TB/s (torch copy_ of "
            f"{meta['copy_bytes'] / 1e9:.2f} GB, read + write, best of 10)",
            f"- normkit: {'torch.ops.normkit (strategy auto)' if meta['normkit'] else 'not measured: ' + meta['normkit_note']}"
@@ -518,12 +583,12 @@ def main():
     ap.add_argument("--cases", default=None, help="only these case names (comma list)")
     ap.add_argument("--quick", action="store_true", help="drop torch.compile")
     ap.add_argument("--compile-budget", type=float, default=120.0,
-                    help="seconds of torch.compile work (compile + timing) before compiled peers are skipped")
+                    help="seconds of torch.compile work (compiling) before compiled peers are skipped")
     ap.add_argument("--liger-path", default=None, help="directory to put on sys.path for liger_kernel")
     ap.add_argument("--calls", type=int, default=20, help="calls captured per graph")
     ap.add_argument("--replays", type=int, default=5, help="timed replays (median)")
     ap.add_argument("--warm-ms", type=float, default=25.0,
-                    help="untimed replays of each graph for at least this long before the timed ones")
+                    help="untimed replays of an op's graphs in turn for at least this long before the timed ones")
     ap.add_argument("--commit", default=None)
     ap.add_argument("--time-budget", type=float, default=0.0,
                     help="seconds after which no new case starts (0: none); the rest are listed as not run")

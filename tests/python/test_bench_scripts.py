@@ -76,3 +76,39 @@ def test_host_overhead_writes_a_row_per_case(tmp_path):
     for row in rows:
         if not row.startswith("| empty"):
             assert float(row.split("|")[4]) > 0, row  # normkit's µs per call
+
+
+def load_peers_module(monkeypatch):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("nk_peers", os.path.join(ROOT, "bench", "peers.py"))
+    peers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peers)
+    monkeypatch.setattr(peers, "SMOKE", True)  # host timing: no graphs, the calls run when timed
+    return peers
+
+
+def test_peers_of_an_op_take_turns_from_a_different_peer_each_round(monkeypatch):
+    peers = load_peers_module(monkeypatch)
+    log = []
+    timer = peers.Timer(calls=1, replays=3, l2_bytes=0, warm_ms=0)
+    named = [(k, (lambda k: lambda i: log.append(k))(k)) for k in ("a", "b", "c")]
+    times, errors = timer.side_by_side(named, sets=1)
+    assert errors == {} and sorted(times) == ["a", "b", "c"]
+    # one untimed pass (warm_ms = 0), then round r starts at peer r mod 3
+    assert log == ["a", "b", "c", "a", "b", "c", "b", "c", "a", "c", "a", "b"]
+
+
+def test_a_peer_that_fails_is_reported_and_left_out_of_the_turns(monkeypatch):
+    peers = load_peers_module(monkeypatch)
+    log, calls = [], {"b": 0}
+
+    def b(i):
+        calls["b"] += 1
+        if calls["b"] == 2:
+            raise RuntimeError("b broke")
+        log.append("b")
+
+    timer = peers.Timer(calls=1, replays=2, l2_bytes=0, warm_ms=0)
+    times, errors = timer.side_by_side([("a", lambda i: log.append("a")), ("b", b)], sets=1)
+    assert sorted(times) == ["a"] and errors == {"b": "RuntimeError: b broke"}
+    assert log == ["a", "b", "a", "a"]  # warm pass a b; round 0: a, b fails; round 1: a alone
