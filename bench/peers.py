@@ -117,8 +117,8 @@ def floor_bytes(op, family, m, n, e, ew):
 class Timer:
     # at most 1024 sets, as normkit-bench (--max-sets): at 64 the smallest seed cases (32 x 512 fp16: 4.2 MB
     # in 64 sets) were timed from L2 while normkit-bench and bench/streaming_ceiling.cu read them from DRAM
-    def __init__(self, calls, replays, l2_bytes, l2_factor=3.0, max_sets=1024, warm_ms=25.0):
-        self.calls, self.replays, self.warm_ms = calls, replays, warm_ms
+    def __init__(self, calls, replays, l2_bytes, l2_factor=3.0, max_sets=1024, warm_ms=25.0, sequential=False):
+        self.calls, self.replays, self.warm_ms, self.sequential = calls, replays, warm_ms, sequential
         self.l2_bytes, self.l2_factor, self.max_sets = l2_bytes, l2_factor, max_sets
 
     def sets_for(self, input_bytes):
@@ -167,7 +167,15 @@ class Timer:
         """named: [(key, fn)] of one op, fn(i) one call on buffer set i. Every fn is made ready (prepare),
         then all are replayed in turn, untimed, for at least warm_ms, then `replays` rounds of one timed
         replay each, round r starting at fn r mod count: a drift of the clocks or power over the case falls on
-        every peer alike. Returns ({key: (median µs a call, calls)}, {key: error})."""
+        every peer alike (with `sequential`, each fn is timed whole in turn, as before NOTES entry 96).
+        Returns ({key: (median µs a call, calls)}, {key: error})."""
+        if self.sequential and len(named) > 1:
+            times, errors = {}, {}
+            for one in named:
+                t, e = Timer.side_by_side(self, [one], sets)
+                times.update(t)
+                errors.update(e)
+            return times, errors
         ready, errors = {}, {}
         for key, fn in named:
             try:
@@ -370,7 +378,7 @@ def run(args):
     l2 = int(getattr(prop, "L2_cache_size", 0) or 60 * 1024 * 1024)
     bw, bw_bytes = copy_bandwidth()
     print(f"[peers] {prop.name}, L2 {l2 >> 20} MiB, copy bandwidth {bw / 1e12:.3f} TB/s", file=sys.stderr)
-    timer = Timer(args.calls, args.replays, l2, warm_ms=args.warm_ms)
+    timer = Timer(args.calls, args.replays, l2, warm_ms=args.warm_ms, sequential=args.sequential)
 
     have_normkit, normkit_note = False, ""
     try:
@@ -391,7 +399,7 @@ def run(args):
         cases = [smoke_case(c) for c in cases]
     meta = dict(tool="bench/peers.py", commit=args.commit or git_commit(), gpu=prop.name, l2_bytes=l2,
                 torch=torch.__version__, copy_bandwidth_GBps=bw / 1e9, copy_bytes=bw_bytes,
-                calls_per_graph=args.calls, replays=args.replays, warm_ms=args.warm_ms, side_by_side=True,
+                calls_per_graph=args.calls, replays=args.replays, warm_ms=args.warm_ms, side_by_side=not args.sequential,
                 compile=not args.quick,
                 normkit=have_normkit, normkit_note=normkit_note, smoke=SMOKE, time_budget=args.time_budget,
                 # the planner's thresholds: the built-in (H200) table unless NORMKIT_PLANNER_TABLE names another
@@ -589,6 +597,8 @@ def main():
     ap.add_argument("--replays", type=int, default=5, help="timed replays (median)")
     ap.add_argument("--warm-ms", type=float, default=25.0,
                     help="untimed replays of an op's graphs in turn for at least this long before the timed ones")
+    ap.add_argument("--sequential", action="store_true",
+                    help="time each peer whole, one after another, instead of side by side (as before NOTES entry 96)")
     ap.add_argument("--commit", default=None)
     ap.add_argument("--time-budget", type=float, default=0.0,
                     help="seconds after which no new case starts (0: none); the rest are listed as not run")

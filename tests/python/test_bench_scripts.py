@@ -112,3 +112,12 @@ def test_a_peer_that_fails_is_reported_and_left_out_of_the_turns(monkeypatch):
     times, errors = timer.side_by_side([("a", lambda i: log.append("a")), ("b", b)], sets=1)
     assert sorted(times) == ["a"] and errors == {"b": "RuntimeError: b broke"}
     assert log == ["a", "b", "a", "a"]  # warm pass a b; round 0: a, b fails; round 1: a alone
+
+
+def test_sequential_times_each_peer_whole(monkeypatch):
+    peers = load_peers_module(monkeypatch)
+    log = []
+    timer = peers.Timer(calls=1, replays=2, l2_bytes=0, warm_ms=0, sequential=True)
+    times, errors = timer.side_by_side([(k, (lambda k: lambda i: log.append(k))(k)) for k in ("a", "b")], sets=1)
+    assert errors == {} and sorted(times) == ["a", "b"]
+    assert log == ["a", "a", "a", "b", "b", "b"]  # each: one untimed replay, then its two timed ones
