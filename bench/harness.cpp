@@ -451,7 +451,7 @@ std::vector<Timing> measure_variants(Backend& backend, Setup& setup, OpKind op, 
   // Rounds: in round r the variants take turns from variant r mod count, so the one timed first after the
   // host's wait (and, with runs < count, the ones never first) change from round to round. Each keeps its
   // predecessor in the cyclic order wherever it is not first: a variant that leaves the GPU hot or cold for
-  // the next would always do so to the same one (not seen; alternating the direction would vary it).
+  // the next would always do so to the same one (not measured; alternating the direction would vary it).
   const int runs = std::max(params.runs, 1);
   for (int r = 0; r < runs; ++r) {
     for (std::size_t j = 0; j < count; ++j) {
