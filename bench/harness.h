@@ -51,8 +51,8 @@ struct TimingParams {
   /// Measurements whose first call predicts more than this many seconds for the whole
   /// measurement get fewer iterations (never fewer than 1); 0 = no limit.
   double budget_s = 0;
-  /// measure_strategies: the strategies' runs take turns (true), or each strategy is measured whole,
-  /// one after another (false: how every result before NOTES entry 96 was measured).
+  /// measure_variants / measure_strategies: the variants' runs take turns (true), or each is measured
+  /// whole, one after another (false, --sequential: how every result before NOTES entry 96 was measured).
   bool interleave = true;
 };
 
