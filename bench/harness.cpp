@@ -449,13 +449,13 @@ std::vector<Timing> measure_variants(Backend& backend, Setup& setup, OpKind op, 
   }
 
   // Rounds: in round r the variants take turns from variant r mod count, so the one timed first after the
-  // host's wait (and, with runs < count, the ones never first) change from round to round. Each keeps its
-  // predecessor in the cyclic order wherever it is not first: a variant that leaves the GPU hot or cold for
-  // the next would always do so to the same one (not measured; alternating the direction would vary it).
+  // host's wait changes from round to round; even rounds go up the list and odd rounds down it, so a
+  // variant follows its upper neighbour in some rounds and its lower one in others: one that leaves the GPU
+  // hot or cold (a power-capped kernel, NOTES entry 76) does not always do so to the same one.
   const int runs = std::max(params.runs, 1);
   for (int r = 0; r < runs; ++r) {
     for (std::size_t j = 0; j < count; ++j) {
-      const std::size_t k = (std::size_t(r) + j) % count;
+      const std::size_t k = round_turn(r, j, count);
       if (!ready[k]) continue;
       guarded(out[k], [&] {
         out[k].runs_us.push_back(ready[k]->run());

@@ -3,6 +3,7 @@
 // measurement = (op, strategy, timing mode).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -152,13 +153,19 @@ struct Variant {
 };
 
 /// Times `op` under each variant (one Timing each, in their order). With params.interleave, every
-/// variant is made ready first (warm-up, graph), then run r times each of them once, starting at
-/// variant r mod count: a drift of the GPU's clock or power over a cell then falls on all of them
+/// variant is made ready first (warm-up, graph), then run r times each of them once, in the order
+/// round_turn gives: a drift of the GPU's clock or power over a cell then falls on all of them
 /// alike instead of on whichever was measured last, and the ratios drawn between them (auto / best
 /// forced, a tuned table against the default) compare times taken side by side. Without it,
 /// each variant is measured whole, one after another.
 std::vector<Timing> measure_variants(Backend& backend, Setup& setup, OpKind op, const std::vector<Variant>& variants,
                                      TimingMode mode, const TimingParams& params);
+/// The variant timed j-th in round r of count variants: from variant r mod count, up the list in even
+/// rounds (r, r + 1, ...) and down it in odd rounds (r, r - 1, ...), wrapping around.
+inline std::size_t round_turn(int r, std::size_t j, std::size_t count) {
+  const std::size_t first = std::size_t(r) % count;
+  return r % 2 == 0 ? (first + j) % count : (first + count - j % count) % count;
+}
 /// measure_variants of `strategies` under the default table.
 std::vector<Timing> measure_strategies(Backend& backend, Setup& setup, OpKind op,
                                        const std::vector<normkit::Strategy>& strategies, TimingMode mode,

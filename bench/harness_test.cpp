@@ -92,10 +92,10 @@ TEST_F(MeasureStrategies, InterleavedRunsTakeTurnsFromADifferentStrategyEachRoun
   const std::vector<Timing> t = measure(OpKind::LnGb, {Strategy::Simple, Strategy::Tiled, Strategy::Auto});
   const std::vector<std::string> expected = {
       "prepare 0", "prepare 1", "prepare 2",  // every strategy ready before the first timed run
-      "run 0",     "run 1",     "run 2",      // round 0
-      "run 1",     "run 2",     "run 0",      // round 1 starts one strategy later
-      "run 2",     "run 0",     "run 1",      // round 2
-      "run 0",     "run 1",     "run 2"};     // round 3
+      "run 0",     "run 1",     "run 2",      // round 0: up the list
+      "run 1",     "run 0",     "run 2",      // round 1 starts one strategy later, down the list
+      "run 2",     "run 0",     "run 1",      // round 2: up, wrapping around
+      "run 0",     "run 2",     "run 1"};     // round 3: down
   EXPECT_EQ(log_, expected);
   ASSERT_EQ(t.size(), 3u);
   for (const Timing& one : t) {
@@ -105,6 +105,28 @@ TEST_F(MeasureStrategies, InterleavedRunsTakeTurnsFromADifferentStrategyEachRoun
     EXPECT_LE(one.wall_start_ms, one.wall_end_ms);
   }
   EXPECT_NE(t[0].plan, t[1].plan);  // the results are each strategy's, in the order asked
+}
+
+TEST(RoundTurn, EveryVariantLeadsARoundAndFollowsBothNeighbours) {
+  for (std::size_t count : {1u, 2u, 3u, 5u}) {
+    std::vector<std::vector<bool>> follows(count, std::vector<bool>(count, false));  // [variant][predecessor]
+    for (int r = 0; r < int(2 * count); ++r) {
+      std::vector<int> seen(count, 0);
+      for (std::size_t j = 0; j < count; ++j) {
+        const std::size_t k = round_turn(r, j, count);
+        ASSERT_LT(k, count);
+        ++seen[k];
+        if (j == 0) EXPECT_EQ(k, std::size_t(r) % count) << "round " << r << " of " << count;
+        else follows[k][round_turn(r, j - 1, count)] = true;
+      }
+      for (int n : seen) EXPECT_EQ(n, 1) << "round " << r << " of " << count << " runs every variant once";
+    }
+    if (count < 3) continue;
+    for (std::size_t k = 0; k < count; ++k) {
+      EXPECT_TRUE(follows[k][(k + count - 1) % count]) << k << " of " << count << " after its lower neighbour";
+      EXPECT_TRUE(follows[k][(k + 1) % count]) << k << " of " << count << " after its upper neighbour";
+    }
+  }
 }
 
 TEST_F(MeasureStrategies, SequentialMeasuresEachStrategyWhole) {

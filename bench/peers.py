@@ -17,7 +17,8 @@ buffer sets until they exceed 3x L2, at most 1024 sets, so that bandwidth is not
 of one op (forward, gamma/beta, full backward) are timed side by side: every graph is captured and replayed
 once, then all are replayed in turn, untimed, for at least --warm-ms (25 ms: the GPU's clocks are back up after
 the idle time of compiling and building inputs before each case), then 5 rounds of one timed replay each, round
-r starting at peer r mod count, so that a drift of the clocks or power over a case falls on every peer alike;
+r starting at peer r mod count and going up the list in even rounds, down it in odd ones, so that a drift of
+the clocks or power over a case, or one peer's effect on the next, falls on every peer alike;
 the median replay / 20 is the kernel time (launch overhead excluded). Floors: bytes that must move (/work/shared/norm-math.md) over a device-to-device
 copy bandwidth measured in the same process.
 
@@ -166,7 +167,7 @@ class Timer:
     def side_by_side(self, named, sets):
         """named: [(key, fn)] of one op, fn(i) one call on buffer set i. Every fn is made ready (prepare),
         then all are replayed in turn, untimed, for at least warm_ms, then `replays` rounds of one timed
-        replay each, round r starting at fn r mod count: a drift of the clocks or power over the case falls on
+        replay each in round_order: a drift of the clocks or power over the case falls on
         every peer alike (with `sequential`, each fn is timed whole in turn, as before NOTES entry 96).
         Returns ({key: (median µs a call, calls)}, {key: error})."""
         if self.sequential and len(named) > 1:
@@ -201,8 +202,7 @@ class Timer:
                     sync()
         times = {key: [] for key in keys}
         for r in range(self.replays):
-            order = keys[r % len(keys):] + keys[:r % len(keys)] if keys else []
-            for key in order:
+            for key in round_order(keys, r):
                 if key in errors:
                     continue
                 try:
@@ -212,6 +212,16 @@ class Timer:
                     sync()
         calls = self.calls_for(sets)
         return {k: (statistics.median(v), calls) for k, v in times.items() if k not in errors and v}, errors
+
+
+def round_order(keys, r):
+    """Round r's turns, as normkit-bench's round_turn: from key r mod count, up the list in even rounds and
+    down it in odd ones, so a peer follows a different one from round to round."""
+    if not keys:
+        return []
+    first = r % len(keys)
+    step = 1 if r % 2 == 0 else -1
+    return [keys[(first + step * j) % len(keys)] for j in range(len(keys))]
 
 
 def error_text(ex):

@@ -94,8 +94,9 @@ def test_peers_of_an_op_take_turns_from_a_different_peer_each_round(monkeypatch)
     named = [(k, (lambda k: lambda i: log.append(k))(k)) for k in ("a", "b", "c")]
     times, errors = timer.side_by_side(named, sets=1)
     assert errors == {} and sorted(times) == ["a", "b", "c"]
-    # one untimed pass (warm_ms = 0), then round r starts at peer r mod 3
-    assert log == ["a", "b", "c", "a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    # one untimed pass (warm_ms = 0), then round r starts at peer r mod 3, up the list in even rounds and
+    # down it in odd ones
+    assert log == ["a", "b", "c", "a", "b", "c", "b", "a", "c", "c", "a", "b"]
 
 
 def test_a_peer_that_fails_is_reported_and_left_out_of_the_turns(monkeypatch):
