@@ -20,6 +20,9 @@ static_assert((1 << kWarpSizeLog2) == kWarpSize, "kWarpSizeLog2 is log2(kWarpSiz
 constexpr int kTallStripThreads = 512;
 constexpr int kTallStripMaxRowsPerThread = 8;
 constexpr int kTallStripMaxLanes = 16;
+/// Tall-strip blocks an SM holds by rows a thread: from 4 rows x and dy take 76-128 registers (ptxas,
+/// sm_90: 8 rows 121-128, 4 rows 76-79), one 512-thread block an SM; 1-2 rows take 42-62, two.
+constexpr int tall_strip_blocks_per_sm(int rows_per_thread) { return rows_per_thread >= 4 ? 1 : 2; }
 
 enum class Op : std::uint8_t { LayerNormForward, LayerNormBackward, RmsNormForward, RmsNormBackward };
 const char* op_name(Op op);
@@ -450,6 +453,13 @@ struct PlannerTable {
   /// N = 8192..12288, two-pass below 8192 rows and fused from there; 16-bit N = 20480, two-pass from
   /// 16384 rows); at 1024 and 4097 x 16384 bf16 (tiled already) two-pass took 1.21-1.35x tiled's time.
   std::int64_t tiled_tall_gb_full_grid_percent = 96;
+  /// ... and, where the strips are more than one wave (tall_strip_blocks_per_sm of them an SM), only when
+  /// their last wave holds at least this percent of a wave (0 = any). A strip walks all M rows, so a
+  /// second wave of a few strips costs nearly a whole strip's time. H100, bf16, graph (session 40,
+  /// docs/NOTES.md entry 97), 16384 rows, tiled against the best other: 128 strips (one wave) 0.96-0.97x;
+  /// 136 / 144 / 160 strips (last wave 3 / 9 / 21 %) 1.09-1.13x; 192 (45 %) 0.97-0.99x; 256 (94 %)
+  /// 0.99x; fp32 192 strips at 4096 rows 0.94x, 320 (42 %) 1.015x.
+  std::int64_t tiled_tall_gb_min_last_wave_percent = 40;
   /// dX vectors a thread in a one launch beside tall strips (at most kOneLaunchMaxItems).
   int tiled_tall_one_launch_items_target = 2;
   // row kernels

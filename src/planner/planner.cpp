@@ -660,10 +660,16 @@ bool fused_one_full_launch(const Problem& p, const DeviceFacts& device, const Pl
 bool tall_strips_auto(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   if (!p.mask.any_gamma_beta() || !tall_strips_on(p, t)) return false;
   const std::int64_t strips = ceil_div(ceil_div(p.cols, vector_width(p)), tall_strip_lanes(p, t));
-  // gamma/beta alone on tall strips that fill the GPU: at any M (PlannerTable::tiled_tall_gb_full_grid_percent)
+  // gamma/beta alone on tall strips that fill the GPU: at any M (PlannerTable::tiled_tall_gb_full_grid_percent),
+  // unless a last wave of few strips would walk all M rows again (tiled_tall_gb_min_last_wave_percent)
   if (!p.mask.dx && t.tiled_tall_gb_full_grid_percent > 0 &&
-      strips * 100 >= std::int64_t(device.sm_count) * t.tiled_tall_gb_full_grid_percent)
-    return true;
+      strips * 100 >= std::int64_t(device.sm_count) * t.tiled_tall_gb_full_grid_percent) {
+    const std::int64_t wave =
+        std::int64_t(device.sm_count) * tall_strip_blocks_per_sm(tiled_shape(p, device, t).rows_per_thread);
+    const std::int64_t last_wave = strips % wave;
+    if (strips <= wave || last_wave == 0 || last_wave * 100 >= wave * t.tiled_tall_gb_min_last_wave_percent)
+      return true;
+  }
   if (p.rows > t.tiled_tall_max_rows || p.rows * p.cols * std::int64_t(dtype_size(p.dtype)) > t.tiled_tall_max_bytes)
     return false;
   if (strips < (p.mask.dx ? t.tiled_tall_min_strips : t.tiled_tall_gb_min_strips)) return false;
@@ -1089,6 +1095,7 @@ const TableKey kTableKeys[] = {
     key<&Table::tiled_tall_min_strips>("tiled_tall_min_strips"),
     key<&Table::tiled_tall_gb_min_strips>("tiled_tall_gb_min_strips"),
     key<&Table::tiled_tall_gb_full_grid_percent>("tiled_tall_gb_full_grid_percent"),
+    key<&Table::tiled_tall_gb_min_last_wave_percent>("tiled_tall_gb_min_last_wave_percent"),
     key_items<&Table::tiled_tall_one_launch_items_target, kOneLaunchMaxItems>("tiled_tall_one_launch_items_target"),
     key<&Table::tiled_tall_strip_lanes>("tiled_tall_strip_lanes", [](long long v) {
       return v == 0 || v == 1 || v == 2 || v == 4 || v == 8 || v == 16 ? std::string() : "must be 0, 1, 2, 4, 8 or 16";

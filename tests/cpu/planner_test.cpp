@@ -2396,6 +2396,31 @@ TEST(Planner, TallStripsTakeTiledWhereMeasuredFaster) {
   DeviceFacts half = h200;
   half.sm_count = 66;
   EXPECT_EQ(plan(backward(16384, 8192, DType::BF16, gb), half).strategy, Strategy::Tiled);
+  // Beyond one wave (132 strips of 8 rows a thread: one block an SM) only with a last wave of at least
+  // tiled_tall_gb_min_last_wave_percent (40) of one: 136 / 144 / 160 strips (N = 17408 / 18432 / 20480,
+  // 3 / 9 / 21 %) keep two-pass (H100: 1.02x fused, 0.89-0.92x tiled); 192 (N = 24576, 45 %), 256 (94 %)
+  // and 264 (two whole waves) take tiled.
+  ASSERT_EQ(default_planner_table().tiled_tall_gb_min_last_wave_percent, 40);
+  ASSERT_EQ(tall_strip_blocks_per_sm(kTallStripMaxRowsPerThread), 1);
+  for (const std::int64_t n : {17408, 18432, 20480}) {
+    const Plan p = auto_plan(16384, n, DType::BF16, gb);
+    EXPECT_EQ(p.strategy, Strategy::TwoPass) << n << ": " << p.describe();
+  }
+  for (const std::int64_t n : {24576, 32768, 33792}) {
+    const Plan p = auto_plan(16384, n, DType::BF16, gb);
+    EXPECT_TRUE(p.strategy == Strategy::Tiled && p.columns.tall_strips()) << n << ": " << p.describe();
+  }
+  const Plan fp32_192 = auto_plan(4096, 12288, DType::F32, gb);  // 3072 vectors of 4: 192 strips (45 %)
+  EXPECT_TRUE(fp32_192.strategy == Strategy::Tiled && fp32_192.columns.tall_strips()) << fp32_192.describe();
+  PlannerTable any_last_wave;
+  any_last_wave.tiled_tall_gb_min_last_wave_percent = 0;
+  EXPECT_EQ(plan(backward(16384, 20480, DType::BF16, gb), h200, Strategy::Auto, any_last_wave).strategy,
+            Strategy::Tiled);
+  // at 2 rows a thread (the table's cap) two blocks an SM: 160 strips are one wave of 264 slots
+  PlannerTable two_rows = default_planner_table();
+  two_rows.tiled_tall_strip_max_rows_per_thread = 2;
+  ASSERT_EQ(tall_strip_blocks_per_sm(2), 2);
+  EXPECT_EQ(plan(backward(16384, 20480, DType::BF16, gb), h200, Strategy::Auto, two_rows).strategy, Strategy::Tiled);
 }
 
 // ExecConfig::table reaches the planner of a call (the bench's --tune times plans with it).
