@@ -657,19 +657,27 @@ bool fused_one_full_launch(const Problem& p, const DeviceFacts& device, const Pl
 /// where both run in one launch, on at least tiled_tall_min_strips strips (tiled_tall_gb_min_strips
 /// without dX); without dX also at any M and size where the strips fill the GPU
 /// (tiled_tall_gb_full_grid_percent).
+/// Whether a tiled plan's tall strips are between one and two waves, the second holding fewer than
+/// tiled_tall_gb_min_last_wave_percent of one: each strip walks all M rows, so those few strips take
+/// nearly a whole strip's time more (PlannerTable::tiled_tall_gb_min_last_wave_percent). Measured only
+/// there; over more waves such a tail is a smaller share of the time.
+bool tall_strips_last_wave_short(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
+  if (!tall_strips_on(p, t)) return false;
+  const std::int64_t strips = ceil_div(ceil_div(p.cols, vector_width(p)), tall_strip_lanes(p, t));
+  const std::int64_t wave =
+      std::int64_t(device.sm_count) * tall_strip_blocks_per_sm(tiled_shape(p, device, t).rows_per_thread);
+  return strips > wave && strips < 2 * wave && (strips - wave) * 100 < wave * t.tiled_tall_gb_min_last_wave_percent;
+}
+
 bool tall_strips_auto(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   if (!p.mask.any_gamma_beta() || !tall_strips_on(p, t)) return false;
   const std::int64_t strips = ceil_div(ceil_div(p.cols, vector_width(p)), tall_strip_lanes(p, t));
   // gamma/beta alone on tall strips that fill the GPU: at any M (PlannerTable::tiled_tall_gb_full_grid_percent),
   // unless a last wave of few strips would walk all M rows again (tiled_tall_gb_min_last_wave_percent)
   if (!p.mask.dx && t.tiled_tall_gb_full_grid_percent > 0 &&
-      strips * 100 >= std::int64_t(device.sm_count) * t.tiled_tall_gb_full_grid_percent) {
-    const std::int64_t wave =
-        std::int64_t(device.sm_count) * tall_strip_blocks_per_sm(tiled_shape(p, device, t).rows_per_thread);
-    const std::int64_t last_wave = strips % wave;
-    if (strips <= wave || last_wave == 0 || last_wave * 100 >= wave * t.tiled_tall_gb_min_last_wave_percent)
-      return true;
-  }
+      strips * 100 >= std::int64_t(device.sm_count) * t.tiled_tall_gb_full_grid_percent &&
+      !tall_strips_last_wave_short(p, device, t))
+    return true;
   if (p.rows > t.tiled_tall_max_rows || p.rows * p.cols * std::int64_t(dtype_size(p.dtype)) > t.tiled_tall_max_bytes)
     return false;
   if (strips < (p.mask.dx ? t.tiled_tall_min_strips : t.tiled_tall_gb_min_strips)) return false;
@@ -787,6 +795,10 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const std::int64_t two_pass_rows = std::max(any_two_pass_rows, strip_work * per_strip);
   const bool two_pass_wider = column_strips(p, t, true).vec > tiled_strips.vec;
   if (two_pass_wider && p.rows >= any_two_pass_rows) return Strategy::TwoPass;
+  // The tiled plan runs tall strips where they apply: gamma/beta alone, a short last wave of them loses
+  // to two-pass (H100, bf16 / fp16, 4096 x 17408: 136 strips, tiled 1.06-1.09x two-pass; session 40).
+  if (!p.mask.dx && p.rows >= any_two_pass_rows && tall_strips_last_wave_short(p, device, t))
+    return Strategy::TwoPass;
   if (tiled_strips.col_blocks * 100 >= std::int64_t(device.sm_count) * t.tiled_full_grid_percent ||
       p.rows < two_pass_rows)
     return Strategy::Tiled;
