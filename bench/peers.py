@@ -120,6 +120,8 @@ class Timer:
     # in 64 sets) were timed from L2 while normkit-bench and bench/streaming_ceiling.cu read them from DRAM
     def __init__(self, calls, replays, l2_bytes, l2_factor=3.0, max_sets=1024, warm_ms=25.0, sequential=False):
         self.calls, self.replays, self.warm_ms, self.sequential = calls, replays, warm_ms, sequential
+        self.fallback = False          # inside one_at_a_time
+        self.one_at_a_time_keys = []   # the first key of each op timed one at a time (memory, capture)
         self.l2_bytes, self.l2_factor, self.max_sets = l2_bytes, l2_factor, max_sets
 
     def sets_for(self, input_bytes):
@@ -169,19 +171,23 @@ class Timer:
         then all are replayed in turn, untimed, for at least warm_ms, then `replays` rounds of one timed
         replay each in round_order: a drift of the clocks or power over the case falls on
         every peer alike (with `sequential`, each fn is timed whole in turn, as before NOTES entry 96).
+        Where the graphs do not fit beside each other (out of memory) or a capture fails beside them, the
+        op's fns are timed one at a time instead, and `one_at_a_time` lists the first of them.
         Returns ({key: (median µs a call, calls)}, {key: error})."""
-        if self.sequential and len(named) > 1:
-            times, errors = {}, {}
-            for one in named:
-                t, e = Timer.side_by_side(self, [one], sets)
-                times.update(t)
-                errors.update(e)
-            return times, errors
+        if (self.sequential or self.fallback) and len(named) > 1:
+            return self.one_at_a_time(named, sets)
         ready, errors = {}, {}
         for key, fn in named:
             try:
                 ready[key] = self.prepare(fn, sets)
             except Exception as ex:  # noqa: BLE001
+                if len(named) > 1 and (isinstance(ex, torch.cuda.OutOfMemoryError) or "capture" in str(ex)):
+                    ready.clear()
+                    sync()
+                    if not SMOKE:
+                        torch.cuda.empty_cache()
+                    self.one_at_a_time_keys.append(named[0][0])
+                    return self.one_at_a_time(named, sets)
                 errors[key] = error_text(ex)
                 sync()
         keys = list(ready)
@@ -212,6 +218,21 @@ class Timer:
                     sync()
         calls = self.calls_for(sets)
         return {k: (statistics.median(v), calls) for k, v in times.items() if k not in errors and v}, errors
+
+    def one_at_a_time(self, named, sets):
+        """Each fn made ready, warmed and timed whole in turn, its graph freed before the next."""
+        times, errors = {}, {}
+        fallback, self.fallback = self.fallback, True
+        try:
+            for one in named:
+                t, e = self.side_by_side([one], sets)
+                times.update(t)
+                errors.update(e)
+                if not SMOKE:
+                    torch.cuda.empty_cache()
+        finally:
+            self.fallback = fallback
+        return times, errors
 
 
 def round_order(keys, r):
@@ -451,9 +472,14 @@ def run(args):
                 except Exception as ex:  # noqa: BLE001
                     row["errors"][key] = error_text(ex)
                     sync()
+            before = len(timer.one_at_a_time_keys)
             times, errors = timer.side_by_side(named, nsets)
             row["times"].update({k: us for k, (us, _calls) in times.items()})
             row["errors"].update(errors)
+            if len(timer.one_at_a_time_keys) > before:  # the graphs did not fit side by side
+                row.setdefault("one_at_a_time", []).append(named[0][0].rsplit("_", 1)[-1])
+            if not SMOKE:
+                torch.cuda.empty_cache()  # this op's graphs are gone: their pools back before the next op's
 
         fwd_ops, gb_ops, full_ops = [], [], []
         fwd, gb, full = eager_ops(case["family"], n)
@@ -587,6 +613,10 @@ def render(meta, results):
     if meta.get("not_run"):
         out += ["", f"### Not run (time budget of {meta['time_budget']:g} s spent)", "",
                 ", ".join(meta["not_run"])]
+    alone = [f"{r['name']} ({', '.join(r['one_at_a_time'])})" for r in results if r.get("one_at_a_time")]
+    if alone:
+        out += ["", "### Timed one peer at a time (their graphs did not fit side by side, or a capture failed "
+                "beside the others)", "", ", ".join(alone)]
     errs = [(r["name"], k, v) for r in results for k, v in r["errors"].items()]
     if errs:
         out += ["", "### Not measured", ""] + [f"- {n}: {k}: {v}" for n, k, v in errs]

@@ -122,3 +122,28 @@ def test_sequential_times_each_peer_whole(monkeypatch):
     times, errors = timer.side_by_side([(k, (lambda k: lambda i: log.append(k))(k)) for k in ("a", "b")], sets=1)
     assert errors == {} and sorted(times) == ["a", "b"]
     assert log == ["a", "a", "a", "b", "b", "b"]  # each: one untimed replay, then its two timed ones
+
+
+def test_an_op_whose_graphs_do_not_fit_side_by_side_is_timed_one_peer_at_a_time(monkeypatch):
+    peers = load_peers_module(monkeypatch)
+    log = []
+
+    def a(i):
+        log.append("a")
+
+    def b(i):
+        log.append("b")
+
+    real_prepare = peers.Timer.prepare
+
+    def prepare(self, fn, sets):  # b's capture fails beside a's graph, not alone
+        if fn is b and not self.fallback:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+        return real_prepare(self, fn, sets)
+
+    monkeypatch.setattr(peers.Timer, "prepare", prepare)
+    timer = peers.Timer(calls=1, replays=1, l2_bytes=0, warm_ms=0)
+    times, errors = timer.side_by_side([("eager_full", a), ("liger_full", b)], sets=1)
+    assert errors == {} and sorted(times) == ["eager_full", "liger_full"]
+    assert timer.one_at_a_time_keys == ["eager_full"]
+    assert log == ["a", "a", "b", "b"]  # each alone: one untimed replay, then its timed one
