@@ -453,13 +453,18 @@ struct PlannerTable {
   /// N = 8192..12288, two-pass below 8192 rows and fused from there; 16-bit N = 20480, two-pass from
   /// 16384 rows); at 1024 and 4097 x 16384 bf16 (tiled already) two-pass took 1.21-1.35x tiled's time.
   std::int64_t tiled_tall_gb_full_grid_percent = 96;
-  /// ... and, where the strips are more than one wave (tall_strip_blocks_per_sm of them an SM), only when
-  /// their last wave holds at least this percent of a wave (0 = any). A strip walks all M rows, so a
-  /// second wave of a few strips costs nearly a whole strip's time. H100, bf16, graph (session 40,
-  /// docs/NOTES.md entry 97), 16384 rows, tiled against the best other: 128 strips (one wave) 0.96-0.97x;
-  /// 136 / 144 / 160 strips (last wave 3 / 9 / 21 %) 1.09-1.13x; 192 (45 %) 0.97-0.99x; 256 (94 %)
-  /// 0.99x; fp32 192 strips at 4096 rows 0.94x, 320 (42 %) 1.015x.
+  /// ... and, where the strips are between one and two waves (tall_strip_blocks_per_sm of them an SM)
+  /// on at least tiled_tall_short_wave_min_rows rows, only when their second wave holds at least this
+  /// percent of a wave (0 = any); there two-pass takes gamma/beta alone wherever the mixed rule would
+  /// take tiled too. A strip walks all M rows, so a second wave of a few strips costs nearly a whole
+  /// strip's time. H100, bf16 / fp16, graph (docs/NOTES.md entry 97), tiled against the best other:
+  /// 16384 rows, 128 strips (one wave) 0.96-0.97x; 136 / 144 / 160 strips (second wave 3 / 9 / 21 %)
+  /// 1.09-1.13x; 192 (45 %) 0.97-0.99x; 256 (94 %) 0.99x; fp32 192 strips at 4096 rows 0.94x, 320 (2.4
+  /// waves, not this rule's) 1.015x. 4096 rows, 136 / 144 strips: tiled 1.04-1.09x two-pass, 160 1.02x.
   std::int64_t tiled_tall_gb_min_last_wave_percent = 40;
+  /// ... from this many rows: at 384-1024 rows two-pass took 1.06-1.19x tiled's time on 136 and 160
+  /// strips, at 2048 rows 1.00 (136) and 1.06-1.07x (160) (H100, bf16, the same probe).
+  std::int64_t tiled_tall_short_wave_min_rows = 4096;
   /// dX vectors a thread in a one launch beside tall strips (at most kOneLaunchMaxItems).
   int tiled_tall_one_launch_items_target = 2;
   // row kernels

@@ -658,11 +658,12 @@ bool fused_one_full_launch(const Problem& p, const DeviceFacts& device, const Pl
 /// without dX); without dX also at any M and size where the strips fill the GPU
 /// (tiled_tall_gb_full_grid_percent).
 /// Whether a tiled plan's tall strips are between one and two waves, the second holding fewer than
-/// tiled_tall_gb_min_last_wave_percent of one: each strip walks all M rows, so those few strips take
-/// nearly a whole strip's time more (PlannerTable::tiled_tall_gb_min_last_wave_percent). Measured only
-/// there; over more waves such a tail is a smaller share of the time.
+/// tiled_tall_gb_min_last_wave_percent of one, on at least tiled_tall_short_wave_min_rows rows: each strip
+/// walks all M rows, so those few strips take nearly a whole strip's time more
+/// (PlannerTable::tiled_tall_gb_min_last_wave_percent). Measured only there; over more waves such a tail
+/// is a smaller share of the time, and on fewer rows a strip's walk is short.
 bool tall_strips_last_wave_short(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
-  if (!tall_strips_on(p, t)) return false;
+  if (!tall_strips_on(p, t) || p.rows < t.tiled_tall_short_wave_min_rows) return false;
   const std::int64_t strips = ceil_div(ceil_div(p.cols, vector_width(p)), tall_strip_lanes(p, t));
   const std::int64_t wave =
       std::int64_t(device.sm_count) * tall_strip_blocks_per_sm(tiled_shape(p, device, t).rows_per_thread);
@@ -795,8 +796,8 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
   const std::int64_t two_pass_rows = std::max(any_two_pass_rows, strip_work * per_strip);
   const bool two_pass_wider = column_strips(p, t, true).vec > tiled_strips.vec;
   if (two_pass_wider && p.rows >= any_two_pass_rows) return Strategy::TwoPass;
-  // The tiled plan runs tall strips where they apply: gamma/beta alone, a short last wave of them loses
-  // to two-pass (H100, bf16 / fp16, 4096 x 17408: 136 strips, tiled 1.06-1.09x two-pass; session 40).
+  // The tiled plan runs tall strips where they apply: gamma/beta alone, a short last wave of them on
+  // many rows loses to two-pass (PlannerTable::tiled_tall_short_wave_min_rows).
   if (!p.mask.dx && p.rows >= any_two_pass_rows && tall_strips_last_wave_short(p, device, t))
     return Strategy::TwoPass;
   if (tiled_strips.col_blocks * 100 >= std::int64_t(device.sm_count) * t.tiled_full_grid_percent ||
@@ -1108,6 +1109,7 @@ const TableKey kTableKeys[] = {
     key<&Table::tiled_tall_gb_min_strips>("tiled_tall_gb_min_strips"),
     key<&Table::tiled_tall_gb_full_grid_percent>("tiled_tall_gb_full_grid_percent"),
     key<&Table::tiled_tall_gb_min_last_wave_percent>("tiled_tall_gb_min_last_wave_percent"),
+    key<&Table::tiled_tall_short_wave_min_rows>("tiled_tall_short_wave_min_rows"),
     key_items<&Table::tiled_tall_one_launch_items_target, kOneLaunchMaxItems>("tiled_tall_one_launch_items_target"),
     key<&Table::tiled_tall_strip_lanes>("tiled_tall_strip_lanes", [](long long v) {
       return v == 0 || v == 1 || v == 2 || v == 4 || v == 8 || v == 16 ? std::string() : "must be 0, 1, 2, 4, 8 or 16";

@@ -2410,6 +2410,15 @@ TEST(Planner, TallStripsTakeTiledWhereMeasuredFaster) {
     const Plan p = auto_plan(16384, n, DType::BF16, gb);
     EXPECT_TRUE(p.strategy == Strategy::Tiled && p.columns.tall_strips()) << n << ": " << p.describe();
   }
+  // on fewer than tiled_tall_short_wave_min_rows (4096) rows a strip's walk is short: tiled still
+  ASSERT_EQ(default_planner_table().tiled_tall_short_wave_min_rows, 4096);
+  for (const std::int64_t m : {384, 1024, 2048}) {
+    const Plan p = auto_plan(m, 20480, DType::BF16, gb);
+    EXPECT_TRUE(p.strategy == Strategy::Tiled && p.columns.tall_strips()) << m << ": " << p.describe();
+  }
+  // where the mixed rule takes tiled (4096 rows, below fused_gb_min_rows), two-pass instead
+  for (const std::int64_t n : {17408, 18432, 20480})
+    EXPECT_EQ(auto_plan(4096, n, DType::BF16, gb).strategy, Strategy::TwoPass) << n;
   const Plan fp32_192 = auto_plan(4096, 12288, DType::F32, gb);  // 3072 vectors of 4: 192 strips (45 %)
   EXPECT_TRUE(fp32_192.strategy == Strategy::Tiled && fp32_192.columns.tall_strips()) << fp32_192.describe();
   PlannerTable any_last_wave;
