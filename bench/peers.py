@@ -29,6 +29,7 @@ measurement (its table says so).
 """
 import argparse
 import datetime
+import gc
 import json
 import math
 import os
@@ -177,19 +178,21 @@ class Timer:
         if (self.sequential or self.fallback) and len(named) > 1:
             return self.one_at_a_time(named, sets)
         ready, errors = {}, {}
+        side_by_side_failed = False
         for key, fn in named:
             try:
                 ready[key] = self.prepare(fn, sets)
             except Exception as ex:  # noqa: BLE001
                 if len(named) > 1 and (isinstance(ex, torch.cuda.OutOfMemoryError) or "capture" in str(ex)):
-                    ready.clear()
-                    sync()
-                    if not SMOKE:
-                        torch.cuda.empty_cache()
-                    self.one_at_a_time_keys.append(named[0][0])
-                    return self.one_at_a_time(named, sets)
+                    side_by_side_failed = True
+                    break  # out of the except block first: the exception's traceback holds the failed graph
                 errors[key] = error_text(ex)
                 sync()
+        if side_by_side_failed:
+            ready.clear()
+            release_memory()
+            self.one_at_a_time_keys.append(named[0][0])
+            return self.one_at_a_time(named, sets)
         keys = list(ready)
         # Untimed replays for warm_ms: a case follows host-only work (torch.compile, input building) that
         # leaves the GPU idle, and its clocks come back over milliseconds -- longer than the timed replays
@@ -228,11 +231,23 @@ class Timer:
                 t, e = self.side_by_side([one], sets)
                 times.update(t)
                 errors.update(e)
-                if not SMOKE:
-                    torch.cuda.empty_cache()
+                release_memory()
         finally:
             self.fallback = fallback
         return times, errors
+
+
+def release_memory():
+    """Frees what the last graphs held: unreachable objects first (a failed capture's graph and its memory pool
+    can sit in a reference cycle of its traceback's frames), then the allocator's cached blocks."""
+    gc.collect()
+    if SMOKE:
+        return
+    try:
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001  (an error left by a failed capture: reported where it happened)
+        pass
+    torch.cuda.empty_cache()
 
 
 def round_order(keys, r):
@@ -455,8 +470,10 @@ def run(args):
         free = 1 << 34 if SMOKE else torch.cuda.mem_get_info()[0]
         while nsets > 1 and (nsets * (3 + len(peers)) + 6) * m * n * e > 0.5 * free:
             nsets -= 1
+        mem = "" if SMOKE else (f" GPU memory: {torch.cuda.memory_allocated() / 2**30:.1f} GiB allocated, "
+                                f"{torch.cuda.memory_reserved() / 2**30:.1f} reserved, {free / 2**30:.1f} free")
         print(f"[peers] {idx + 1}/{len(cases)} {case['name']} M={m} N={n} {case['dtype']} sets={nsets} "
-              f"elapsed {time.time() - t_start:.0f}s", file=sys.stderr)
+              f"elapsed {time.time() - t_start:.0f}s{mem}", file=sys.stderr)
         sets = make_sets(case, nsets)
         row = dict(case, sets=nsets, times={}, errors={})
 
@@ -478,8 +495,7 @@ def run(args):
             row["errors"].update(errors)
             if len(timer.one_at_a_time_keys) > before:  # the graphs did not fit side by side
                 row.setdefault("one_at_a_time", []).append(named[0][0].rsplit("_", 1)[-1])
-            if not SMOKE:
-                torch.cuda.empty_cache()  # this op's graphs are gone: their pools back before the next op's
+            release_memory()  # this op's graphs are gone: their pools back before the next op's
 
         fwd_ops, gb_ops, full_ops = [], [], []
         fwd, gb, full = eager_ops(case["family"], n)
