@@ -652,11 +652,6 @@ bool fused_one_full_launch(const Problem& p, const DeviceFacts& device, const Pl
   return fused_walkers_fill_single_launch(walkers, device, t) && p.rows <= walkers * rows.rows_per_block;
 }
 
-/// Whether auto takes tiled on tall strips (PlannerTable::tiled_tall_max_rows, _max_bytes): rows that
-/// take tall strips, at most tiled_tall_max_rows of them and tiled_tall_max_bytes of x, with dX only
-/// where both run in one launch, on at least tiled_tall_min_strips strips (tiled_tall_gb_min_strips
-/// without dX); without dX also at any M and size where the strips fill the GPU
-/// (tiled_tall_gb_full_grid_percent).
 /// Whether a tiled plan's tall strips are between one and two waves, the second holding fewer than
 /// tiled_tall_gb_min_last_wave_percent of one, on at least tiled_tall_short_wave_min_rows rows: each strip
 /// walks all M rows, so those few strips take nearly a whole strip's time more
@@ -670,6 +665,11 @@ bool tall_strips_last_wave_short(const Problem& p, const DeviceFacts& device, co
   return strips > wave && strips < 2 * wave && (strips - wave) * 100 < wave * t.tiled_tall_gb_min_last_wave_percent;
 }
 
+/// Whether auto takes tiled on tall strips (PlannerTable::tiled_tall_max_rows, _max_bytes): rows that
+/// take tall strips, at most tiled_tall_max_rows of them and tiled_tall_max_bytes of x, with dX only
+/// where both run in one launch, on at least tiled_tall_min_strips strips (tiled_tall_gb_min_strips
+/// without dX); without dX also at any M and size where the strips fill the GPU
+/// (tiled_tall_gb_full_grid_percent).
 bool tall_strips_auto(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   if (!p.mask.any_gamma_beta() || !tall_strips_on(p, t)) return false;
   const std::int64_t strips = ceil_div(ceil_div(p.cols, vector_width(p)), tall_strip_lanes(p, t));
