@@ -449,9 +449,10 @@ struct PlannerTable {
   /// the GPU from 16-bit N = 16384 (128 strips of 16 lanes): H200 quick sweeps at 7f62504, 16384 x
   /// 16384, forced tiled 0.934-0.956x auto's fused (split rows; LayerNorm and RMSNorm, bf16 and fp16;
   /// docs/NOTES.md entry 95). Where the bands' strips already fill the GPU (N >= 32768) tiled was
-  /// taken anyway, and it took tall strips. Not measured apart: the other rows of the same bytes (fp32
-  /// N = 8192..12288, two-pass below 8192 rows and fused from there; 16-bit N = 20480, two-pass from
-  /// 16384 rows); at 1024 and 4097 x 16384 bf16 (tiled already) two-pass took 1.21-1.35x tiled's time.
+  /// taken anyway, and it took tall strips. Not measured apart then: the other rows of the same bytes
+  /// (fp32 N = 8192..12288, two-pass below 8192 rows and fused from there; 16-bit N = 20480, two-pass from
+  /// 16384 rows; both measured on an H100 since, entry 97: fp32 0.94-1.00x, N = 20480 see the next key);
+  /// at 1024 and 4097 x 16384 bf16 (tiled already) two-pass took 1.21-1.35x tiled's time.
   std::int64_t tiled_tall_gb_full_grid_percent = 96;
   /// ... and, where the strips are between one and two waves (tall_strip_blocks_per_sm of them an SM)
   /// on at least tiled_tall_short_wave_min_rows rows, only when their second wave holds at least this

@@ -659,9 +659,9 @@ bool fused_one_full_launch(const Problem& p, const DeviceFacts& device, const Pl
 /// is a smaller share of the time, and on fewer rows a strip's walk is short.
 bool tall_strips_last_wave_short(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   if (!tall_strips_on(p, t) || p.rows < t.tiled_tall_short_wave_min_rows) return false;
-  const std::int64_t strips = ceil_div(ceil_div(p.cols, vector_width(p)), tall_strip_lanes(p, t));
-  const std::int64_t wave =
-      std::int64_t(device.sm_count) * tall_strip_blocks_per_sm(tiled_shape(p, device, t).rows_per_thread);
+  const ColumnShape tall = tiled_shape(p, device, t);  // tall strips: col_blocks strips
+  const std::int64_t strips = tall.col_blocks;
+  const std::int64_t wave = std::int64_t(device.sm_count) * tall_strip_blocks_per_sm(tall.rows_per_thread);
   return strips > wave && strips < 2 * wave && (strips - wave) * 100 < wave * t.tiled_tall_gb_min_last_wave_percent;
 }
 
