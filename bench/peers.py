@@ -121,7 +121,6 @@ class Timer:
     # in 64 sets) were timed from L2 while normkit-bench and bench/streaming_ceiling.cu read them from DRAM
     def __init__(self, calls, replays, l2_bytes, l2_factor=3.0, max_sets=1024, warm_ms=25.0, sequential=False):
         self.calls, self.replays, self.warm_ms, self.sequential = calls, replays, warm_ms, sequential
-        self.fallback = False          # inside one_at_a_time
         self.one_at_a_time_keys = []   # the first key of each op timed one at a time (memory, capture)
         self.l2_bytes, self.l2_factor, self.max_sets = l2_bytes, l2_factor, max_sets
 
@@ -175,7 +174,7 @@ class Timer:
         Where the graphs do not fit beside each other (out of memory) or a capture fails beside them, the
         op's fns are timed one at a time instead, and `one_at_a_time` lists the first of them.
         Returns ({key: (median µs a call, calls)}, {key: error})."""
-        if (self.sequential or self.fallback) and len(named) > 1:
+        if self.sequential and len(named) > 1:
             return self.one_at_a_time(named, sets)
         ready, errors = {}, {}
         side_by_side_failed = False
@@ -225,15 +224,11 @@ class Timer:
     def one_at_a_time(self, named, sets):
         """Each fn made ready, warmed and timed whole in turn, its graph freed before the next."""
         times, errors = {}, {}
-        fallback, self.fallback = self.fallback, True
-        try:
-            for one in named:
-                t, e = self.side_by_side([one], sets)
-                times.update(t)
-                errors.update(e)
-                release_memory()
-        finally:
-            self.fallback = fallback
+        for one in named:  # one fn: never timed one at a time again
+            t, e = self.side_by_side([one], sets)
+            times.update(t)
+            errors.update(e)
+            release_memory()
         return times, errors
 
 

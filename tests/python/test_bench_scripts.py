@@ -135,10 +135,13 @@ def test_an_op_whose_graphs_do_not_fit_side_by_side_is_timed_one_peer_at_a_time(
         log.append("b")
 
     real_prepare = peers.Timer.prepare
+    b_prepared = []
 
-    def prepare(self, fn, sets):  # b's capture fails beside a's graph, not alone
-        if fn is b and not self.fallback:
-            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+    def prepare(self, fn, sets):  # b's capture fails beside a's graph (its first), not alone (its second)
+        if fn is b:
+            b_prepared.append(True)
+            if len(b_prepared) == 1:
+                raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
         return real_prepare(self, fn, sets)
 
     monkeypatch.setattr(peers.Timer, "prepare", prepare)
