@@ -62,6 +62,22 @@ const std::vector<SeedCase>& seed_cases() {
   return cases;
 }
 
+/// A case's strategies of `op` timed side by side (measure_strategies): each failure noted, named by the case, op
+/// and strategy, and each timing recorded under `suite` / `name`. The timings by strategy.
+std::map<Strategy, Timing> measure_case(Context& ctx, Setup& setup, const std::string& suite, const std::string& name,
+                                        OpKind op, const std::vector<Strategy>& strategies, TimingMode mode,
+                                        std::vector<Record>& records) {
+  const std::vector<Timing> timings = measure_strategies(*ctx.backend, setup, op, strategies, mode, ctx.params);
+  std::map<Strategy, Timing> by_strategy;
+  for (std::size_t k = 0; k < strategies.size(); ++k) {
+    const Strategy st = strategies[k];
+    note_failure(ctx, name + " " + op_kind_name(op) + " " + normkit::strategy_name(st), timings[k]);
+    records.push_back(timing_record(ctx, suite, name, setup, op, st, mode, timings[k]));
+    by_strategy[st] = timings[k];
+  }
+  return by_strategy;
+}
+
 int run_seed(Context& ctx, const Outputs& out) {
   normkit::PlannerTable no_fused = normkit::default_planner_table();
   no_fused.fused_enabled = false;
@@ -111,16 +127,9 @@ int run_seed(Context& ctx, const Outputs& out) {
     }
 
     for (auto mode : ctx.modes) {
-      std::map<Strategy, Timing> t;
       std::vector<Strategy> strategies = {Strategy::Tiled, Strategy::TwoPass, Strategy::Fused, Strategy::Auto};
       if (std::find(strategies.begin(), strategies.end(), mixed) == strategies.end()) strategies.push_back(mixed);
-      const std::vector<Timing> gb_timings = measure_strategies(*ctx.backend, *setup, gb, strategies, mode, ctx.params);
-      for (std::size_t k = 0; k < strategies.size(); ++k) {
-        const Strategy st = strategies[k];
-        t[st] = gb_timings[k];
-        note_failure(ctx, std::string(c.name) + " " + op_kind_name(gb) + " " + normkit::strategy_name(st), t[st]);
-        records.push_back(timing_record(ctx, "seed", c.name, *setup, gb, st, mode, t[st]));
-      }
+      std::map<Strategy, Timing> t = measure_case(ctx, *setup, "seed", c.name, gb, strategies, mode, records);
       const double tiled = us(t[Strategy::Tiled]), mix = us(t[mixed]);
       const double delta = tiled - mix, speedup = tiled / mix;
       std::string winner = "n/a";
@@ -148,16 +157,9 @@ int run_seed(Context& ctx, const Outputs& out) {
            fastest});
 
       // Second table: full backward (auto, fused, best unfused) and forward.
-      std::map<Strategy, Timing> f;
-      const std::vector<Strategy> full_strategies = {Strategy::Auto, Strategy::Fused, Strategy::Tiled, Strategy::TwoPass};
-      const std::vector<Timing> full_timings =
-          measure_strategies(*ctx.backend, *setup, full, full_strategies, mode, ctx.params);
-      for (std::size_t k = 0; k < full_strategies.size(); ++k) {
-        const Strategy st = full_strategies[k];
-        f[st] = full_timings[k];
-        note_failure(ctx, std::string(c.name) + " " + op_kind_name(full) + " " + normkit::strategy_name(st), f[st]);
-        records.push_back(timing_record(ctx, "seed", c.name, *setup, full, st, mode, f[st]));
-      }
+      std::map<Strategy, Timing> f = measure_case(
+          ctx, *setup, "seed", c.name, full, {Strategy::Auto, Strategy::Fused, Strategy::Tiled, Strategy::TwoPass}, mode,
+          records);
       const Timing fw = measure(*ctx.backend, *setup, fwd, Strategy::Auto, mode, ctx.params);
       note_failure(ctx, std::string(c.name) + " " + op_kind_name(fwd), fw);
       records.push_back(timing_record(ctx, "seed", c.name, *setup, fwd, Strategy::Auto, mode, fw));
@@ -237,16 +239,8 @@ int run_shapes(Context& ctx, const Outputs& out, const std::string& suite, const
                   << ")\n";
         for (OpKind op : family_ops) {
           for (auto mode : ctx.modes) {
-            std::map<Strategy, Timing> t;
-            const auto op_strategies = strategies_for(op, strategies);
-            const std::vector<Timing> timings =
-                measure_strategies(*ctx.backend, *setup, op, op_strategies, mode, ctx.params);
-            for (std::size_t k = 0; k < op_strategies.size(); ++k) {
-              const Strategy st = op_strategies[k];
-              t[st] = timings[k];
-              note_failure(ctx, sc.name + " " + op_kind_name(op) + " " + normkit::strategy_name(st), t[st]);
-              records.push_back(timing_record(ctx, suite, sc.name, *setup, op, st, mode, t[st]));
-            }
+            std::map<Strategy, Timing> t =
+                measure_case(ctx, *setup, suite, sc.name, op, strategies_for(op, strategies), mode, records);
             std::vector<std::string> row = {sc.name, op_kind_name(op), std::to_string(sc.rows), std::to_string(sc.cols),
                                             torch_dtype_name(dtype) +
                                                 (setup->wdtype() != dtype
