@@ -3,7 +3,8 @@
 
 Peers (each only when importable):
   eager     torch.ops.aten.native_layer_norm(_backward) / _fused_rms_norm(_backward)
-  compile   torch.compile of the same eager forward and full backward (Inductor's Triton kernels)
+  compile   torch.compile of the same eager forward and full backward (Inductor's Triton kernels), compiled
+            anew each case with fullgraph=True: never a silent eager fallback
   liger     Liger-Kernel's LayerNorm / RMSNorm autograd functions (import liger_kernel; --liger-path)
   apex      apex.normalization fused_layer_norm_affine / fused_rms_norm_affine
   quack     quack.rmsnorm (RMSNorm only)
@@ -303,18 +304,26 @@ def eager_ops(family, n):
     return rfwd, (lambda s: rbwd(s, [False, True])), (lambda s: rbwd(s, [True, True]))
 
 
-def compiled_ops(family, n):
-    """torch.compile of the eager forward and full backward (the decompositions Inductor fuses)."""
-    fwd, _gb, full = eager_ops(family, n)
+def compiled_ops(family, n, backend="inductor"):
+    """torch.compile of the eager forward and full backward (the decompositions Inductor fuses), compiled
+    anew for this case. Dynamo keeps at most recompile_limit (8) compiled shapes of one function and runs
+    every further shape eagerly, with a log line and no error: before this reset, from the 9th shape of a
+    family on, the 'compile' column timed eager ATen (docs/NOTES.md entry 98). fullgraph=True turns any
+    such fallback (the limit, a graph break) into an error, reported under "Not measured" instead of timed.
+    `backend`: "eager" in the CPU tests (Dynamo's guards and limits without Inductor's compile time)."""
+    import torch._dynamo  # noqa: F401 -- loaded on first use
+    torch._dynamo.reset()
+
+    def compiled(fn):
+        return torch.compile(fn, dynamic=False, fullgraph=True, backend=backend)
     if family == "ln":
-        cf = torch.compile(lambda x, w, b: torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5), dynamic=False)
-        cb = torch.compile(lambda dy, x, mean, rstd, w, b: torch.ops.aten.native_layer_norm_backward(
-            dy, x, [n], mean, rstd, w, b, [True, True, True]), dynamic=False)
+        cf = compiled(lambda x, w, b: torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5))
+        cb = compiled(lambda dy, x, mean, rstd, w, b: torch.ops.aten.native_layer_norm_backward(
+            dy, x, [n], mean, rstd, w, b, [True, True, True]))
         return (lambda s: cf(s["x"], s["w"], s["b"]),
                 lambda s: cb(s["dy"], s["x"], s["mean"], s["rstd"], s["w"], s["b"]))
-    cf = torch.compile(lambda x, w: torch.ops.aten._fused_rms_norm(x, [n], w, 1e-6), dynamic=False)
-    cb = torch.compile(lambda dy, x, rstd, w: torch.ops.aten._fused_rms_norm_backward(
-        dy, x, [n], rstd, w, [True, True]), dynamic=False)
+    cf = compiled(lambda x, w: torch.ops.aten._fused_rms_norm(x, [n], w, 1e-6))
+    cb = compiled(lambda dy, x, rstd, w: torch.ops.aten._fused_rms_norm_backward(dy, x, [n], rstd, w, [True, True]))
     return (lambda s: cf(s["x"], s["w"]), lambda s: cb(s["dy"], s["x"], s["rstd"], s["w"]))
 
 
@@ -564,6 +573,42 @@ def write_tables(args, meta, results, skipped, t_start, compile_spent, notes, fi
         print(f"[peers] wrote {args.out} and {json_path} in {time.time() - t_start:.0f} s", file=sys.stderr)
 
 
+def merge(args):
+    """One table from the JSONs of a run split over several processes (device calls): their results in
+    the order given, a case measured twice kept from the later file. The runs must share commit, GPU and
+    timing options; each keeps its own floors (its copy bandwidth), and the header lists the runs."""
+    metas, results, source = [], {}, {}
+    for i, path in enumerate(args.merge):
+        with open(path) as f:
+            data = json.load(f)
+        metas.append(data["meta"])
+        for r in data["results"]:
+            results.pop(r["name"], None)
+            results[r["name"]], source[r["name"]] = r, i
+    same = ("commit", "gpu", "torch", "calls_per_graph", "replays", "warm_ms", "side_by_side", "compile", "normkit",
+            "planner_table", "smoke")
+    for path, m in zip(args.merge[1:], metas[1:]):
+        differ = [k for k in same if m.get(k) != metas[0].get(k)]
+        if differ:
+            raise SystemExit(f"peers.py --merge: {path}: {', '.join(differ)} differ from {args.merge[0]}")
+    runs = [dict(date=m.get("date"), seconds=m.get("seconds"), copy_bandwidth_GBps=m["copy_bandwidth_GBps"],
+                 compile_seconds=m.get("compile_seconds", 0), cases=sum(1 for v in source.values() if v == i))
+            for i, m in enumerate(metas)]
+    meta = dict(metas[-1], runs=runs,
+                compile_seconds=round(sum(r["compile_seconds"] for r in runs), 1),
+                optional_peer_notes=sorted({n for m in metas for n in m.get("optional_peer_notes", [])}),
+                seconds=round(sum(r["seconds"] or 0 for r in runs), 1),
+                not_run=[n for n in dict.fromkeys(c for m in metas for c in m.get("not_run", [])) if n not in results],
+                complete=True)
+    md = render(meta, list(results.values()))
+    with open(args.out, "w") as f:
+        f.write(md)
+    with open(args.json or os.path.splitext(args.out)[0] + ".json", "w") as f:
+        json.dump(dict(meta=meta, results=list(results.values())), f, indent=1)
+    print(md)
+    return 0
+
+
 def git_commit():
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -595,6 +640,9 @@ def render(meta, results):
            f"- normkit: {'torch.ops.normkit (strategy auto)' if meta['normkit'] else 'not measured: ' + meta['normkit_note']}"
            + f"; planner table: {meta.get('planner_table', 'built-in')}",
            ]
+    for i, r in enumerate(meta.get("runs", [])):
+        out.append(f"- run {i + 1} of {len(meta['runs'])} (merged): {r['date']}, {r['cases']} cases, copy bandwidth "
+                   f"{r['copy_bandwidth_GBps'] / 1000:.3f} TB/s (its cases' floors), {r['compile_seconds']} s compiling")
     if meta["optional_peer_notes"]:
         out.append("- optional peers not available: " + "; ".join(sorted({n.split(':')[0] for n in meta['optional_peer_notes']})))
     out.append("")
@@ -655,7 +703,12 @@ def main():
                     help="seconds after which no new case starts (0: none); the rest are listed as not run")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="check this script on the CPU: tiny shapes, wall-clock timing, no measurement")
+    ap.add_argument("--merge", nargs="+", metavar="JSON", default=None,
+                    help="write one table (--out, --json) from the JSONs of a run split over several processes; "
+                         "runs nothing")
     args = ap.parse_args()
+    if args.merge:
+        return merge(args)
     if args.cpu_smoke:
         global SMOKE, DEVICE
         SMOKE, DEVICE = True, "cpu"

@@ -326,11 +326,17 @@ if has_stage clocks; then
   sed -n '/^| case | op | dtype | strategy | repeats/,$p' "$RESULTS/clocks.md" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
 if has_stage peers; then
-  # normkit through its Python layer (installed here unless the python stage did); Liger when present
-  # (LIGER_ARGS above).
-  has_stage python || has_stage pysmoke || MAX_JOBS=$JOBS run_stage pip python3 -m pip install --no-build-isolation --no-deps -v .
-  run_stage peers python3 bench/peers.py --commit "$COMMIT" --compile-budget "${PEERS_COMPILE_BUDGET:-100}" \
-    --time-budget "${PEERS_BUDGET:-400}" "${LIGER_ARGS[@]}" --out "$RESULTS/h200-peers.md"
+  # normkit through its Python layer (installed here unless the python stage did, or PEERS_REUSE_INSTALL=1
+  # on a machine still warm from a call that installed this commit); Liger when present (LIGER_ARGS
+  # above). PEERS_ARGS adds options, e.g. "--cases a,b" for the part of a run split over calls (each
+  # case compiles torch.compile anew, ~5 s: the whole run takes more than one call; peers.py --merge).
+  if [ "${PEERS_REUSE_INSTALL:-0}" = 1 ] && python3 -c "import sys, normkit; sys.exit(not normkit.cuda_available())" 2>/dev/null; then
+    say "  peers: normkit as installed by an earlier call on this machine (PEERS_REUSE_INSTALL=1)"
+  else
+    has_stage python || has_stage pysmoke || MAX_JOBS=$JOBS run_stage pip python3 -m pip install --no-build-isolation --no-deps -v .
+  fi
+  run_stage peers python3 bench/peers.py --commit "$COMMIT" --compile-budget "${PEERS_COMPILE_BUDGET:-400}" \
+    --time-budget "${PEERS_BUDGET:-400}" "${LIGER_ARGS[@]}" --out "$RESULTS/h200-peers.md" ${PEERS_ARGS:-}
   tail -n 5 "$LOGS/peers.log" | sed 's/^/  /' | tee -a "$SUMMARY"
 fi
 

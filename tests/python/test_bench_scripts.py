@@ -46,6 +46,33 @@ def test_peers_time_budget_lists_the_cases_not_run(tmp_path):
     assert len(data["results"]) + len(data["meta"]["not_run"]) == 13 + 28
 
 
+def test_a_run_split_over_two_processes_merges_into_one_table(tmp_path):
+    """A peers run too long for one device call runs in parts (--cases) and --merge writes one table."""
+    parts = []
+    for i, cases in enumerate(("tile8_small,tile64_medium", "tile64_medium,gpt2_style")):
+        part = tmp_path / f"part{i}"
+        part.mkdir()
+        run_peers(part, "--suite", "seed", "--cases", cases)
+        parts.append(str(part / "peers.json"))
+    out = tmp_path / "merged.md"
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "peers.py"), "--merge", *parts, "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((tmp_path / "merged.json").read_text())
+    # every case once, in the order of the parts; a case in both parts is the later part's
+    assert [r["name"] for r in data["results"]] == ["tile8_small", "tile64_medium", "gpt2_style"]
+    assert [r["cases"] for r in data["meta"]["runs"]] == [1, 2]
+    md = out.read_text()
+    assert md.count("(merged)") == 2 and md.count("| tile64_medium |") == 3  # one row in each op's table
+    # runs of another commit are not one table
+    other = json.loads(open(parts[1]).read())
+    other["meta"]["commit"] = "other"
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    proc = subprocess.run(cmd[:3] + [parts[0], str(tmp_path / "other.json"), "--out", str(tmp_path / "x.md")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "commit differ" in proc.stderr and not (tmp_path / "x.md").exists()
+
+
 def test_peer_kernels_describes_cases_in_normkit_bench_spelling():
     """gpu-check's profile-peers stage times normkit-bench on the shape bench/peer_kernels.py names."""
     script = os.path.join(ROOT, "bench", "peer_kernels.py")
@@ -150,3 +177,24 @@ def test_an_op_whose_graphs_do_not_fit_side_by_side_is_timed_one_peer_at_a_time(
     assert errors == {} and sorted(times) == ["eager_full", "liger_full"]
     assert timer.one_at_a_time_keys == ["eager_full"]
     assert log == ["a", "a", "b", "b"]  # each alone: one untimed replay, then its timed one
+
+
+def test_the_compile_peer_compiles_every_case_past_dynamos_recompile_limit(monkeypatch):
+    """Dynamo compiles at most 8 shapes of one function and runs the rest eagerly without an error: the
+    peers run's 'compile' column timed eager ATen from a family's 9th case on (NOTES entry 98). Every case
+    is compiled anew, with fullgraph=True, so that a fallback raises instead of being timed."""
+    import torch
+    from torch._dynamo.utils import counters
+    peers = load_peers_module(monkeypatch)
+    for family in ("ln", "rms"):
+        for n in range(8, 8 + 8 * 10, 8):  # 10 shapes of one compiled function
+            case = {"M": 3, "N": n, "dtype": "float32", "family": family}
+            s = peers.make_sets(case, 1, device="cpu")[0]
+            graphs = counters["stats"]["unique_graphs"]
+            fwd, full = peers.compiled_ops(family, n, backend="eager")
+            eager_fwd, _gb, eager_full = peers.eager_ops(family, n)
+            pairs = [(fwd, eager_fwd)] + ([(full, eager_full)] if family == "ln" else [])  # no CPU RMSNorm backward
+            for compiled, eager in pairs:
+                for got, want in zip(compiled(s), eager(s)):
+                    torch.testing.assert_close(got, want)
+            assert counters["stats"]["unique_graphs"] == graphs + len(pairs), (family, n)  # compiled, not eager
