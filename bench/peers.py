@@ -445,6 +445,9 @@ def run(args):
     if args.cases:
         wanted = set(args.cases.split(","))
         cases = [c for c in cases if c["name"] in wanted]
+    if args.part:
+        k, n = args.part
+        cases = cases[k - 1::n]  # every n-th case: each part gets its share of the small and the wide ones
     if SMOKE:
         cases = [smoke_case(c) for c in cases]
     meta = dict(tool="bench/peers.py", commit=args.commit or git_commit(), gpu=prop.name, l2_bytes=l2,
@@ -574,8 +577,8 @@ def write_tables(args, meta, results, skipped, t_start, compile_spent, notes, fi
 
 
 def merge(args):
-    """One table from the JSONs of a run split over several processes (device calls): their results in
-    the order given, a case measured twice kept from the later file. The runs must share commit, GPU and
+    """One table from the JSONs of a run split over several processes (device calls, --part): their results
+    in the suites' order, a case measured twice kept from the later file. The runs must share commit, GPU and
     timing options; each keeps its own floors (its copy bandwidth), and the header lists the runs."""
     metas, results, source = [], {}, {}
     for i, path in enumerate(args.merge):
@@ -600,11 +603,14 @@ def merge(args):
                 seconds=round(sum(r["seconds"] or 0 for r in runs), 1),
                 not_run=[n for n in dict.fromkeys(c for m in metas for c in m.get("not_run", [])) if n not in results],
                 complete=True)
-    md = render(meta, list(results.values()))
+    # the suites' order (parts of --part take every n-th case), cases of no suite after them
+    order = {c["name"]: i for i, c in enumerate(build_cases(["seed", "llm"]))}
+    merged = sorted(results.values(), key=lambda r: order.get(r["name"], len(order)))
+    md = render(meta, merged)
     with open(args.out, "w") as f:
         f.write(md)
     with open(args.json or os.path.splitext(args.out)[0] + ".json", "w") as f:
-        json.dump(dict(meta=meta, results=list(results.values())), f, indent=1)
+        json.dump(dict(meta=meta, results=merged), f, indent=1)
     print(md)
     return 0
 
@@ -682,6 +688,17 @@ def render(meta, results):
     return "\n".join(out) + "\n"
 
 
+def part_spec(text):
+    """'K/N' -> (K, N) with 1 <= K <= N."""
+    try:
+        k, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--part {text!r}: expected K/N, e.g. 1/2") from None
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError(f"--part {text!r}: K must be 1..N")
+    return k, n
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/results/h200-peers.md")
@@ -703,6 +720,8 @@ def main():
                     help="seconds after which no new case starts (0: none); the rest are listed as not run")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="check this script on the CPU: tiny shapes, wall-clock timing, no measurement")
+    ap.add_argument("--part", type=part_spec, default=None, metavar="K/N",
+                    help="only part K of N: every N-th case from the K-th (after --cases); --merge joins the parts")
     ap.add_argument("--merge", nargs="+", metavar="JSON", default=None,
                     help="write one table (--out, --json) from the JSONs of a run split over several processes; "
                          "runs nothing")

@@ -328,8 +328,8 @@ fi
 if has_stage peers; then
   # normkit through its Python layer (installed here unless the python stage did, or PEERS_REUSE_INSTALL=1
   # on a machine still warm from a call that installed this commit); Liger when present (LIGER_ARGS
-  # above). PEERS_ARGS adds options, e.g. "--cases a,b" for the part of a run split over calls (each
-  # case compiles torch.compile anew, ~5 s: the whole run takes more than one call; peers.py --merge).
+  # above). PEERS_ARGS adds options, e.g. "--part 1/2" for one of a run split over calls (each case
+  # compiles torch.compile anew, ~5 s: the whole run takes more than one call; peers.py --merge joins them).
   if [ "${PEERS_REUSE_INSTALL:-0}" = 1 ] && python3 -c "import sys, normkit; sys.exit(not normkit.cuda_available())" 2>/dev/null; then
     say "  peers: normkit as installed by an earlier call on this machine (PEERS_REUSE_INSTALL=1)"
   else

@@ -47,23 +47,28 @@ def test_peers_time_budget_lists_the_cases_not_run(tmp_path):
 
 
 def test_a_run_split_over_two_processes_merges_into_one_table(tmp_path):
-    """A peers run too long for one device call runs in parts (--cases) and --merge writes one table."""
+    """A peers run too long for one device call runs in parts (--part, --cases) and --merge writes one table."""
+    seed = ["tile8_small", "tile64_medium", "tile128_medium", "tile256_large", "tile256_bert", "tile256_large_bf16",
+            "tile256_large_fp32", "two_pass_huge_M", "llm_hidden_4096", "gpt2_style", "rms_tile256", "rms_llm",
+            "rms_two_pass"]
     parts = []
-    for i, cases in enumerate(("tile8_small,tile64_medium", "tile64_medium,gpt2_style")):
+    for i, extra in enumerate((["--part", "1/2"], ["--part", "2/2"], ["--cases", "gpt2_style"])):
         part = tmp_path / f"part{i}"
         part.mkdir()
-        run_peers(part, "--suite", "seed", "--cases", cases)
+        md, data = run_peers(part, "--suite", "seed", *extra)
         parts.append(str(part / "peers.json"))
+        if i < 2:  # every second case from the first or the second
+            assert [r["name"] for r in data["results"]] == seed[i::2]
     out = tmp_path / "merged.md"
     cmd = [sys.executable, os.path.join(ROOT, "bench", "peers.py"), "--merge", *parts, "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads((tmp_path / "merged.json").read_text())
-    # every case once, in the order of the parts; a case in both parts is the later part's
-    assert [r["name"] for r in data["results"]] == ["tile8_small", "tile64_medium", "gpt2_style"]
-    assert [r["cases"] for r in data["meta"]["runs"]] == [1, 2]
+    # every case once, in the suite's order; a case in two parts is the later part's
+    assert [r["name"] for r in data["results"]] == seed
+    assert [r["cases"] for r in data["meta"]["runs"]] == [7, 5, 1]
     md = out.read_text()
-    assert md.count("(merged)") == 2 and md.count("| tile64_medium |") == 3  # one row in each op's table
+    assert md.count("(merged)") == 3 and md.count("| gpt2_style |") == 3  # one row in each op's table
     # runs of another commit are not one table
     other = json.loads(open(parts[1]).read())
     other["meta"]["commit"] = "other"
@@ -71,6 +76,10 @@ def test_a_run_split_over_two_processes_merges_into_one_table(tmp_path):
     proc = subprocess.run(cmd[:3] + [parts[0], str(tmp_path / "other.json"), "--out", str(tmp_path / "x.md")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "commit differ" in proc.stderr and not (tmp_path / "x.md").exists()
+    # a part that is not one
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "peers.py"), "--cpu-smoke", "--part", "3/2"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "K must be 1..N" in proc.stderr
 
 
 def test_peer_kernels_describes_cases_in_normkit_bench_spelling():
