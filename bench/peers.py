@@ -560,10 +560,8 @@ def run(args):
     return 0
 
 
-def write_tables(args, meta, results, skipped, t_start, compile_spent, notes, final=False):
-    meta = dict(meta, date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                compile_seconds=round(compile_spent, 1), optional_peer_notes=sorted(notes),
-                seconds=round(time.time() - t_start, 1), not_run=skipped, complete=final)
+def write_outputs(args, meta, results):
+    """The markdown table (--out) and the JSON beside it (--json); returns the markdown and the JSON's path."""
     md = render(meta, results)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
@@ -571,6 +569,14 @@ def write_tables(args, meta, results, skipped, t_start, compile_spent, notes, fi
     json_path = args.json or os.path.splitext(args.out)[0] + ".json"
     with open(json_path, "w") as f:
         json.dump(dict(meta=meta, results=results), f, indent=1)
+    return md, json_path
+
+
+def write_tables(args, meta, results, skipped, t_start, compile_spent, notes, final=False):
+    meta = dict(meta, date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                compile_seconds=round(compile_spent, 1), optional_peer_notes=sorted(notes),
+                seconds=round(time.time() - t_start, 1), not_run=skipped, complete=final)
+    md, json_path = write_outputs(args, meta, results)
     if final:
         print(md)
         print(f"[peers] wrote {args.out} and {json_path} in {time.time() - t_start:.0f} s", file=sys.stderr)
@@ -606,11 +612,7 @@ def merge(args):
     # the suites' order (parts of --part take every n-th case), cases of no suite after them
     order = {c["name"]: i for i, c in enumerate(build_cases(["seed", "llm"]))}
     merged = sorted(results.values(), key=lambda r: order.get(r["name"], len(order)))
-    md = render(meta, merged)
-    with open(args.out, "w") as f:
-        f.write(md)
-    with open(args.json or os.path.splitext(args.out)[0] + ".json", "w") as f:
-        json.dump(dict(meta=meta, results=merged), f, indent=1)
+    md, _json_path = write_outputs(args, meta, merged)
     print(md)
     return 0
 
