@@ -44,9 +44,9 @@ def load(paths):
     return metas[0], results
 
 
-def best_peer(times, op):
-    """(name, time) of the fastest peer measured for op, or (None, None)."""
-    measured = [(times[f"{p}_{op}"], p) for p in PEERS if times.get(f"{p}_{op}")]
+def best_peer(times, op, peers=PEERS):
+    """(name, time) of the fastest of `peers` measured for op, or (None, None)."""
+    measured = [(times[f"{p}_{op}"], p) for p in peers if times.get(f"{p}_{op}")]
     if not measured:
         return None, None
     t, p = min(measured)
@@ -92,13 +92,9 @@ def score(meta, results):
         large = {op: floor[op] * bytes_per_us >= LARGE_BYTES for op in ("fwd", "gb", "full")}
         row = {"case": name, "M": r["M"], "N": r["N"], "dtype": r["dtype"]}
 
-        def pct(op):
+        def vs_peer(op, limit, keys, peers=PEERS):
             nk = t.get(f"normkit_{op}")
-            return None if not nk else 100.0 * floor[op] / nk
-
-        def vs_peer(op, limit, keys):
-            nk = t.get(f"normkit_{op}")
-            peer, best = best_peer(t, op)
+            peer, best = best_peer(t, op, peers)
             for key in keys:
                 if not nk or best is None:
                     targets[key].unmeasured.append(name)
@@ -109,7 +105,8 @@ def score(meta, results):
             return None if not nk or best is None else (nk / best, PEER_NAMES[peer])
 
         def floor_target(op, key, share):
-            p = pct(op)
+            nk = t.get(f"normkit_{op}")
+            p = None if not nk else 100.0 * floor[op] / nk
             if not large[op]:
                 return p
             if p is None:
@@ -128,14 +125,9 @@ def score(meta, results):
                 targets["small"].add(name, nk <= 2.5, f"{nk:.2f} us")
         row["full_us"] = t.get("normkit_full")
         row["gb_pct"] = floor_target("gb", "gb_floor", 85.0)
-        nk, eager = t.get("normkit_gb"), t.get("eager_gb")
-        keys = ["gb_eager", "gb_eager_all"] if r.get("suite") == "seed" else ["gb_eager_all"]
-        for key in keys:
-            if not nk or not eager:
-                targets[key].unmeasured.append(name)
-            else:
-                targets[key].add(name, nk <= eager, f"{nk / eager:.2f}x eager")
-        row["gb_eager"] = None if not nk or not eager else nk / eager
+        gb_keys = ["gb_eager", "gb_eager_all"] if r.get("suite") == "seed" else ["gb_eager_all"]
+        gb_eager = vs_peer("gb", 1.0, gb_keys, peers=("eager",))
+        row["gb_eager"] = None if gb_eager is None else gb_eager[0]
         row["fwd_pct"] = floor_target("fwd", "fwd_floor", 90.0)
         row["fwd_peer"] = vs_peer("fwd", 1.0, ["fwd_peer"])
         rows.append(row)
