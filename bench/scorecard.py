@@ -29,19 +29,30 @@ PEERS = ("eager", "compile", "liger", "apex", "quack")
 PEER_NAMES = {"eager": "eager", "compile": "torch.compile", "liger": "Liger", "apex": "Apex", "quack": "Quack"}
 
 
-def load(paths):
-    """(meta, results) of one run from one or more JSONs of it."""
-    metas, results = [], []
-    for path in paths:
+def read_runs(paths):
+    """The JSONs of one peers.py run, or of its parts: (metas, results by case name, file index by case name).
+    A case in two files is kept from the later one (a part re-run replaces its case), the rule of
+    `peers.py --merge`, whose loop this repeats: peers.py imports torch at load and is loaded from outside bench/ by
+    the tests, so neither file imports the other."""
+    metas, results, source = [], {}, {}
+    for i, path in enumerate(paths):
         with open(path) as f:
             data = json.load(f)
         metas.append(data["meta"])
-        results += data["results"]
+        for r in data["results"]:
+            results.pop(r["name"], None)  # re-inserted: a replaced case takes the later file's place
+            results[r["name"]], source[r["name"]] = r, i
+    return metas, results, source
+
+
+def load(paths):
+    """(meta, results) of one run from one or more JSONs of it (read_runs)."""
+    metas, results, _source = read_runs(paths)
     for key in ("commit", "gpu"):
         values = {m.get(key) for m in metas}
         if len(values) > 1:
             raise SystemExit(f"scorecard.py: the JSONs differ in {key}: {sorted(map(str, values))}")
-    return metas[0], results
+    return metas[0], list(results.values())
 
 
 def best_peer(times, op, peers=PEERS):

@@ -95,3 +95,11 @@ def test_the_published_h100_run():
     assert counts["full_floor"] == (12, 37) and counts["small"] == (1, 4)
     assert counts["gb_eager"] == (13, 13) and counts["gb_eager_all"] == (41, 41)
     assert counts["fwd_floor"] == (29, 37) and counts["fwd_peer"] == (24, 41)
+
+
+def test_a_case_in_two_parts_counts_once_from_the_later(tmp_path):
+    """As `peers.py --merge` keeps it (the same reader): a re-run case replaces the earlier file's."""
+    a = run_json(tmp_path, [case("a", "llm", {"normkit_full": 99.0, "eager_full": 100.0}, LARGE)])
+    b = run_json(tmp_path, [case("a", "llm", {"normkit_full": 80.0, "eager_full": 100.0}, LARGE)])
+    t, rows = targets_of([a, b])
+    assert len(rows) == 1 and t["full_peer"].met == [("a", "0.80x eager")] and not t["full_peer"].missed
