@@ -39,11 +39,12 @@ import subprocess
 import sys
 import time
 
-# Expandable segments for the caching allocator, set before torch starts CUDA (a user's own setting wins). Without
-# them, segments that hold no tensor but a small one stay reserved through empty_cache: at 289e9ff on an H100 the
-# reserved memory grew over the 41 cases (0 GiB allocated at every case start, 66 GiB reserved by the last) and the
-# last case, 4096 x 262144 fp16, ran out of memory (docs/NOTES.md entry 100). Kernel times are not affected: memory
-# is mapped when a buffer set or a graph is made, outside the timed replays.
+# Expandable segments for the caching allocator, set before torch starts CUDA (a user's own setting wins). Over the 41
+# cases the allocator's reserved memory grows with nothing allocated between cases, and free memory with it: at
+# 289e9ff on an H100 66 GiB by the last case, 4096 x 262144 fp16, which then ran out of memory. With expandable
+# segments (4f3de59) it grew to 50 GiB and every case ran; where it sits is not known yet (held_memory, docs/NOTES.md
+# entry 100). Kernel times are not affected: memory is mapped when a buffer set or a graph is made, outside the
+# timed replays.
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 import torch  # noqa: E402
@@ -493,8 +494,8 @@ def run(args):
     if SMOKE:
         cases = [smoke_case(c) for c in cases]
     meta = dict(tool="bench/peers.py", commit=args.commit or git_commit(), gpu=prop.name, l2_bytes=l2,
-                torch=torch.__version__, copy_bandwidth_GBps=bw / 1e9, copy_bytes=bw_bytes,
-                calls_per_graph=args.calls, replays=args.replays, warm_ms=args.warm_ms, side_by_side=not args.sequential,
+                torch=torch.__version__, alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+                copy_bandwidth_GBps=bw / 1e9, copy_bytes=bw_bytes, calls_per_graph=args.calls, replays=args.replays, warm_ms=args.warm_ms, side_by_side=not args.sequential,
                 compile=not args.quick,
                 normkit=have_normkit, normkit_note=normkit_note, smoke=SMOKE, time_budget=args.time_budget,
                 # the planner's thresholds: the built-in (H200) table unless NORMKIT_PLANNER_TABLE names another
@@ -678,7 +679,8 @@ def render(meta, results):
     out += [
            f"- commit: {meta['commit']}", f"- date: {meta['date']}", f"- GPU: {meta['gpu']} (L2 {meta['l2_bytes'] >> 20} MiB)",
            f"- torch {meta['torch']}; torch.compile: {'yes' if meta['compile'] else 'no (--quick)'}"
-           + (f" ({meta['compile_seconds']} s compiling)" if meta["compile"] else ""),
+           + (f" ({meta['compile_seconds']} s compiling)" if meta["compile"] else "")
+           + (f"; PYTORCH_CUDA_ALLOC_CONF={meta['alloc_conf']}" if meta.get("alloc_conf") else ""),
            f"- mode: graph replay — {meta['calls_per_graph']} calls captured per graph (rounded up to whole input "
            f"rotations), median of {meta['replays']} replays after {meta.get('warm_ms', 0):g} ms of untimed ones; inputs "
            f"rotate over buffer sets until > 3x L2"
