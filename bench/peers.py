@@ -39,12 +39,12 @@ import subprocess
 import sys
 import time
 
-# Expandable segments for the caching allocator, set before torch starts CUDA (a user's own setting wins). Over the 41
-# cases the allocator's reserved memory grows with nothing allocated between cases, and free memory with it: at
-# 289e9ff on an H100 66 GiB by the last case, 4096 x 262144 fp16, which then ran out of memory. With expandable
-# segments (4f3de59) it grew to 50 GiB and every case ran; where it sits is not known yet (held_memory, docs/NOTES.md
-# entry 100). Kernel times are not affected: memory is mapped when a buffer set or a graph is made, outside the
-# timed replays.
+# Expandable segments for the caching allocator, set before torch starts CUDA (a user's own setting wins): with
+# them the reserved memory of the 41 cases grew to 50 GiB instead of 66 (H100, 4f3de59 against 289e9ff, where the
+# last case ran out of memory). A probe then found that memory in free segments of the warm-up streams, one new
+# stream per prepared peer, which Timer.warm_stream makes a single one (docs/NOTES.md entry 100; the whole run with
+# it not yet measured). Kernel times are not affected: memory is mapped when a buffer set or a graph is made,
+# outside the timed replays.
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 import torch  # noqa: E402
@@ -132,6 +132,12 @@ class Timer:
         self.calls, self.replays, self.warm_ms, self.sequential = calls, replays, warm_ms, sequential
         self.one_at_a_time_keys = []   # the first key of each op timed one at a time (memory, capture)
         self.l2_bytes, self.l2_factor, self.max_sets = l2_bytes, l2_factor, max_sets
+        # One side stream for every warm-up, made on first use. The caching allocator keeps a stream's freed
+        # blocks for that stream alone, and empty_cache did not return them: with a new stream per prepared
+        # peer, each one's warm-up outputs stayed reserved in a free segment of its own (a probe of 4 cases at
+        # 4f3de59 on an H100: 16.8 GiB reserved, nothing allocated, in free segments: the default stream's 4.0 GiB
+        # and at least 11 side streams' 0.02-3.1 GiB each; the whole run reached 50 GiB by its 41st case).
+        self.warm_stream = None
 
     def sets_for(self, input_bytes):
         want = math.ceil(self.l2_factor * self.l2_bytes / max(input_bytes, 1))
@@ -152,7 +158,9 @@ class Timer:
                     fn(i % sets)
                 return (time.perf_counter() - t0) * 1e6 / calls
             return host_run
-        stream = torch.cuda.Stream()
+        if self.warm_stream is None:
+            self.warm_stream = torch.cuda.Stream()
+        stream = self.warm_stream
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # warm-up outside capture (compilation, allocator)
             for i in range(min(3, calls)):
