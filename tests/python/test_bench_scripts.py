@@ -207,3 +207,26 @@ def test_the_compile_peer_compiles_every_case_past_dynamos_recompile_limit(monke
                 for got, want in zip(compiled(s), eager(s)):
                     torch.testing.assert_close(got, want)
             assert counters["stats"]["unique_graphs"] == graphs + len(pairs), (family, n)  # compiled, not eager
+
+
+def test_captured_outputs_are_kept_until_the_limit_of_later_outputs_follows(monkeypatch):
+    """RecentOutputs: a call's output memory is reused only after `limit` bytes of other outputs (the output
+    twin of the buffer sets' rotation), and outputs of `limit` bytes or more are not kept at all."""
+    import torch
+    peers = load_peers_module(monkeypatch)
+    ring = peers.RecentOutputs(limit=100)
+    outs = [torch.empty(10, dtype=torch.float32) for _ in range(6)]  # 40 bytes each
+    for k, out in enumerate(outs):
+        ring.add((out, None))  # a backward's result: a tuple with an undefined gradient
+        kept = [o[0] for o, _ in ring.kept]
+        assert kept[-1] is out
+        assert ring.bytes == 40 * len(kept)
+        # every kept output but the oldest adds up to less than the limit; all of them, once there are
+        # enough calls, to at least the limit: the next allocation cannot reuse memory written since
+        assert ring.bytes - 40 < 100
+        assert ring.bytes >= 100 or k < 2
+    assert [o[0] for o, _ in ring.kept] == outs[-3:]
+    big = torch.empty(25, dtype=torch.float32)  # 100 bytes: not kept
+    ring.add(big)
+    assert all(o is not big for o, _ in ring.kept) and len(ring.kept) == 3
+    assert peers.tensor_bytes([torch.empty(3, dtype=torch.float16), None, (torch.empty(2),)]) == 6 + 8
