@@ -154,6 +154,10 @@ def render(meta, targets, rows, sources):
            f"{meta['copy_bandwidth_GBps'] / 1000:.3f} TB/s; large = at least {LARGE_BYTES / 1e6:g} MB of the op's traffic"]
     if "H200" not in gpu:
         out.append(f"- **not the H200**: the issue states its targets for the H200; these are {gpu}'s figures")
+    if not meta.get("outputs_kept"):
+        out.append("- **outputs reused**: a run before bench/peers.py's RecentOutputs (fc18a7a), whose graphs wrote every "
+                   "call's output to one address: where an output fits in L2, forward (and less so full backward) "
+                   "figures read high, for every peer alike (docs/NOTES.md entry 100)")
     out += ["", "## Targets", ""] + [t.line() for t in targets]
     out += ["", "## Case by case", "",
             "| case | M | N | dtype | full % floor | full / best peer | full µs | gb % floor | gb / eager "

@@ -76,6 +76,19 @@ def test_the_report_names_a_gpu_other_than_the_h200(tmp_path):
     assert (tmp_path / "card.md").read_text() == out
 
 
+def test_the_report_says_when_a_run_reused_its_outputs(tmp_path):
+    """Runs before RecentOutputs (no outputs_kept in their meta) read high where outputs fit in L2: said so."""
+    big = [case("big_ok", "llm", {"normkit_full": 95.0, "eager_full": 200.0}, LARGE)]
+    old, new = run_json(tmp_path, big), run_json(tmp_path, big, outputs_kept=True)
+
+    def card(path):
+        meta, results = scorecard.load([path])
+        targets, rows = scorecard.score(meta, results)
+        return scorecard.render(meta, targets, rows, [path])
+    assert "**outputs reused**" in card(old)
+    assert "**outputs reused**" not in card(new)
+
+
 def test_parts_of_one_run_only(tmp_path):
     a = run_json(tmp_path, [case("a", "llm", {"normkit_full": 95.0, "eager_full": 200.0}, LARGE)])
     b = run_json(tmp_path, [case("b", "llm", {"normkit_full": 99.0, "eager_full": 100.0}, LARGE)])
