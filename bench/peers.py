@@ -537,8 +537,9 @@ def run(args):
     if SMOKE:
         cases = [smoke_case(c) for c in cases]
     meta = dict(tool="bench/peers.py", commit=args.commit or git_commit(), gpu=prop.name, l2_bytes=l2,
-                torch=torch.__version__, alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), outputs_kept=True,
-                copy_bandwidth_GBps=bw / 1e9, copy_bytes=bw_bytes, calls_per_graph=args.calls, replays=args.replays, warm_ms=args.warm_ms, side_by_side=not args.sequential,
+                torch=torch.__version__, alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+                copy_bandwidth_GBps=bw / 1e9, copy_bytes=bw_bytes, outputs_kept=True,  # (RecentOutputs)
+                calls_per_graph=args.calls, replays=args.replays, warm_ms=args.warm_ms, side_by_side=not args.sequential,
                 compile=not args.quick,
                 normkit=have_normkit, normkit_note=normkit_note, smoke=SMOKE, time_budget=args.time_budget,
                 # the planner's thresholds: the built-in (H200) table unless NORMKIT_PLANNER_TABLE names another
