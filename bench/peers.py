@@ -560,9 +560,12 @@ def run(args):
         peers, notes = optional_peers(case["family"], n, args.liger_path)
         notes_all.update(notes)
         # Memory: the sets (x, dy and the outputs' worth), each autograd peer's y per set (its full backward
-        # is timed beside the others'), and one call's outputs in each graph's pool.
+        # is timed beside the others'), one call's outputs in each graph's pool, and the outputs each graph
+        # keeps apart (RecentOutputs: under 2 x 3x L2 a graph, an op having at most 6 graphs: eager, compile, Liger,
+        # Apex, Quack, normkit).
         free = 1 << 34 if SMOKE else torch.cuda.mem_get_info()[0]
-        while nsets > 1 and (nsets * (3 + len(peers)) + 6) * m * n * e > 0.5 * free:
+        kept = 6 * 2 * timer.l2_factor * timer.l2_bytes
+        while nsets > 1 and (nsets * (3 + len(peers)) + 6) * m * n * e + kept > 0.5 * free:
             nsets -= 1
         mem = "" if SMOKE else (f" GPU memory: {torch.cuda.memory_allocated() / 2**30:.1f} GiB allocated, "
                                 f"{torch.cuda.memory_reserved() / 2**30:.1f} reserved, {free / 2**30:.1f} free{held_memory()}")
