@@ -110,6 +110,21 @@ def test_the_published_h100_run():
     assert counts["fwd_floor"] == (29, 37) and counts["fwd_peer"] == (24, 41)
 
 
+def test_the_h100_run_with_outputs_kept_apart():
+    """The counts NOTES entry 101 and the README's target table quote from d11b867's run (outputs kept apart,
+    RecentOutputs): the scorecard does not mark it as a run whose outputs were reused."""
+    path = os.path.join(ROOT, "bench", "results", "h100-peers-d11b867.json")
+    t, rows = targets_of([path])
+    counts = {k: (len(v.met), len(v.met) + len(v.missed)) for k, v in t.items()}
+    assert len(rows) == 41
+    assert counts["full_peer_all"] == (32, 41) and counts["full_peer"] == (28, 37)
+    assert counts["full_floor"] == (12, 37) and counts["small"] == (1, 4)
+    assert counts["gb_floor"] == (18, 37) and counts["gb_eager_all"] == (41, 41)
+    assert counts["fwd_floor"] == (15, 37) and counts["fwd_peer"] == (21, 41)
+    with open(path, encoding="utf-8") as f:
+        assert json.load(f)["meta"]["outputs_kept"] is True
+
+
 def test_a_case_in_two_parts_counts_once_from_the_later(tmp_path):
     """As `peers.py --merge` keeps it (the same reader): a re-run case replaces the earlier file's."""
     a = run_json(tmp_path, [case("a", "llm", {"normkit_full": 99.0, "eager_full": 100.0}, LARGE)])
