@@ -99,30 +99,26 @@ def test_parts_of_one_run_only(tmp_path):
         scorecard.load([a, c])
 
 
-def test_the_published_h100_run():
-    """The counts NOTES entry 99 and the README quote from the first run with torch.compile compiled in every case."""
-    t, rows = targets_of([os.path.join(ROOT, "bench", "results", "h100-peers-38f21c6.json")])
-    counts = {k: (len(v.met), len(v.met) + len(v.missed)) for k, v in t.items()}
-    assert len(rows) == 41
-    assert counts["full_peer_all"] == (32, 41) and counts["full_peer"] == (28, 37)
-    assert counts["full_floor"] == (12, 37) and counts["small"] == (1, 4)
-    assert counts["gb_eager"] == (13, 13) and counts["gb_eager_all"] == (41, 41)
-    assert counts["fwd_floor"] == (29, 37) and counts["fwd_peer"] == (24, 41)
+# The counts that NOTES and the README quote from published peers runs on an H100: 38f21c6, the first with
+# torch.compile compiled in every case (entry 99), and d11b867, the first with each call's outputs kept apart
+# (RecentOutputs, entry 101).
+PUBLISHED_COUNTS = {
+    "h100-peers-38f21c6.json": dict(full_peer_all=(32, 41), full_peer=(28, 37), full_floor=(12, 37), small=(1, 4),
+                                    gb_eager=(13, 13), gb_eager_all=(41, 41), fwd_floor=(29, 37), fwd_peer=(24, 41)),
+    "h100-peers-d11b867.json": dict(full_peer_all=(32, 41), full_peer=(28, 37), full_floor=(12, 37), small=(1, 4),
+                                    gb_floor=(18, 37), gb_eager_all=(41, 41), fwd_floor=(15, 37), fwd_peer=(21, 41)),
+}
 
 
-def test_the_h100_run_with_outputs_kept_apart():
-    """The counts NOTES entry 101 and the README's target table quote from d11b867's run (outputs kept apart,
-    RecentOutputs): the scorecard does not mark it as a run whose outputs were reused."""
-    path = os.path.join(ROOT, "bench", "results", "h100-peers-d11b867.json")
+@pytest.mark.parametrize("name", sorted(PUBLISHED_COUNTS))
+def test_the_published_h100_runs(name):
+    path = os.path.join(ROOT, "bench", "results", name)
     t, rows = targets_of([path])
     counts = {k: (len(v.met), len(v.met) + len(v.missed)) for k, v in t.items()}
     assert len(rows) == 41
-    assert counts["full_peer_all"] == (32, 41) and counts["full_peer"] == (28, 37)
-    assert counts["full_floor"] == (12, 37) and counts["small"] == (1, 4)
-    assert counts["gb_floor"] == (18, 37) and counts["gb_eager_all"] == (41, 41)
-    assert counts["fwd_floor"] == (15, 37) and counts["fwd_peer"] == (21, 41)
-    with open(path, encoding="utf-8") as f:
-        assert json.load(f)["meta"]["outputs_kept"] is True
+    assert {k: counts[k] for k in PUBLISHED_COUNTS[name]} == PUBLISHED_COUNTS[name]
+    with open(path, encoding="utf-8") as f:  # the scorecard marks runs from before RecentOutputs
+        assert bool(json.load(f)["meta"].get("outputs_kept")) == (name == "h100-peers-d11b867.json")
 
 
 def test_a_case_in_two_parts_counts_once_from_the_later(tmp_path):
