@@ -43,9 +43,9 @@ import time
 # Expandable segments for the caching allocator, set before torch starts CUDA (a user's own setting wins): with
 # them the reserved memory of the 41 cases grew to 50 GiB instead of 66 (H100, 4f3de59 against 289e9ff, where the
 # last case ran out of memory). A probe then found that memory in free segments of the warm-up streams, one new
-# stream per prepared peer, which Timer.warm_stream makes a single one (docs/NOTES.md entry 100; the whole run with
-# it not yet measured). Kernel times are not affected: memory is mapped when a buffer set or a graph is made,
-# outside the timed replays.
+# stream per prepared peer, which Timer.warm_stream makes a single one (docs/NOTES.md entry 100; with both, the whole
+# run at d11b867 held 8.4 GiB at most, entry 101). Kernel times are not affected: memory is mapped when a buffer set
+# or a graph is made, outside the timed replays.
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 import torch  # noqa: E402
@@ -142,9 +142,9 @@ class RecentOutputs:
     takes the same address from the graph's pool, and an output that fits in L2 may be written to L2 again and
     again instead of reaching memory: the likeliest reason this script timed normkit's forward of 131072 x 64
     fp16 (y 16.8 MB) at 12.1 us, 94.5 % of the floor, where normkit-bench (fresh outputs in each buffer set)
-    times the same kernel at 14.1, 81 % (H100, 4f3de59 / 289e9ff; docs/NOTES.md entry 100; not yet measured
-    with this class). An output of `limit` bytes or more is not kept: L2 holds a small share of it, and
-    keeping it would double a large case's memory."""
+    times the same kernel at 14.1, 81 % (H100, 4f3de59 / 289e9ff; docs/NOTES.md entry 100). With this class the
+    run at d11b867 timed it at 14.16 us against normkit-bench's 14.07 (entry 101). An output of `limit` bytes or
+    more is not kept: L2 holds a small share of it, and keeping it would double a large case's memory."""
     def __init__(self, limit):
         self.limit, self.kept, self.bytes = limit, [], 0
 
