@@ -15,13 +15,8 @@ std::string modes_name(const std::vector<TimingMode>& modes) {
   return s;
 }
 
-std::string planner_table_source() {
-  const char* path = std::getenv("NORMKIT_PLANNER_TABLE");
-  return (path == nullptr || *path == '\0') ? "built-in" : path;
-}
-
-std::string planner_table_changes() {
-  // The key = value lines of the table in use (in the table's order) that the built-in table's lack.
+std::string planner_table_changes(const normkit::DeviceFacts& device) {
+  // The key = value lines of the table in use (in the table's order) that the device's built-in table lacks.
   const auto lines = [](const normkit::PlannerTable& t) {
     std::vector<std::string> out;
     std::istringstream in(normkit::format_planner_table(t));
@@ -29,18 +24,18 @@ std::string planner_table_changes() {
       if (!line.empty() && line[0] != '#') out.push_back(line);
     return out;
   };
-  const std::vector<std::string> built_in_lines = lines(normkit::PlannerTable{});
+  const std::vector<std::string> built_in_lines = lines(normkit::builtin_planner_table(device.builtin_table));
   const std::set<std::string> built_in(built_in_lines.begin(), built_in_lines.end());
   std::string changes;
-  for (const std::string& line : lines(normkit::default_planner_table()))
+  for (const std::string& line : lines(normkit::default_planner_table(device)))
     if (built_in.count(line) == 0) changes += (changes.empty() ? "" : ", ") + line;
   return changes;
 }
 
-std::string planner_table_note() {
-  const std::string source = planner_table_source();
-  if (source == "built-in") return source;
-  const std::string changes = planner_table_changes();
+std::string planner_table_note(const normkit::DeviceFacts& device) {
+  const std::string source = normkit::planner_table_source(device);
+  if (source.rfind("built-in", 0) == 0) return source;
+  const std::string changes = planner_table_changes(device);
   return source + " (" + (changes.empty() ? "the built-in values" : changes) + ")";
 }
 
@@ -64,8 +59,8 @@ Record meta_record(const Context& ctx, const std::string& what) {
               {"strategies_interleaved", ctx.params.interleave},
               {"rotation_l2_factor", ctx.rotation.l2_factor},
               {"rotation_max_sets", ctx.rotation.max_sets},
-              {"planner_table", planner_table_source()},
-              {"planner_table_changes", planner_table_changes()}};
+              {"planner_table", normkit::planner_table_source(ctx.backend->planner_facts())},
+              {"planner_table_changes", planner_table_changes(ctx.backend->planner_facts())}};
   if (!ctx.why_cpu.empty()) m.push_back({"note", ctx.why_cpu});
   return m;
 }
@@ -76,7 +71,7 @@ std::string header_lines(const Context& ctx, const std::string& title, TimingMod
   os << "- commit: " << ctx.commit << "\n";
   os << "- date: " << ctx.date << "\n";
   os << "- GPU: " << ctx.backend->description() << "\n";
-  os << "- planner table: " << planner_table_note() << "\n";
+  os << "- planner table: " << planner_table_note(ctx.backend->planner_facts()) << "\n";
   if (!ctx.why_cpu.empty()) {
     os << "- note: " << ctx.why_cpu << "\n";
     os << "- note: normkit's CPU path is its float64 reference: a forced strategy is validated but computes the "

@@ -46,13 +46,13 @@ struct Outputs {
 };
 
 std::string modes_name(const std::vector<TimingMode>& modes);
-/// Which planner table a run's plans come from: "built-in" (the H200's) or the file NORMKIT_PLANNER_TABLE
-/// names. Results measured under another table are not the built-in planner's, and their reports must say so.
-std::string planner_table_source();
-/// The loaded table's values that differ from the built-in ones ("key = value, ..."; empty for none).
-std::string planner_table_changes();
-/// The two for a report line: "built-in", or "FILE (key = value, ...)".
-std::string planner_table_note();
+// Which planner table a run's plans come from on a device is normkit::planner_table_source: "built-in
+// (H200)", "built-in (H100 SXM)" or the file NORMKIT_PLANNER_TABLE names. Results measured under another
+// table are not the built-in planner's, and their reports must say so.
+/// The loaded table's values that differ from the device's built-in ones ("key = value, ..."; empty for none).
+std::string planner_table_changes(const normkit::DeviceFacts& device);
+/// The two for a report line: "built-in (GPU)", or "FILE (key = value, ...)".
+std::string planner_table_note(const normkit::DeviceFacts& device);
 /// The JSON's meta record of a run (`what`: the mode).
 Record meta_record(const Context& ctx, const std::string& what);
 /// The markdown report's heading and method lines.

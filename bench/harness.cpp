@@ -324,7 +324,7 @@ normkit::Plan Setup::plan(OpKind op, Strategy strategy, const normkit::PlannerTa
     case OpKind::RmsGb: return normkit::plan_rms_norm_backward(rms_bwd_args(0, op == OpKind::RmsBwd), cfg);
     default:
       return normkit::plan(problem(op), backend_.planner_facts(), Strategy::Auto,
-                           cfg.table != nullptr ? *cfg.table : normkit::default_planner_table());
+                           cfg.table != nullptr ? *cfg.table : normkit::default_planner_table(backend_.planner_facts()));
   }
 }
 

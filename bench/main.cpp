@@ -79,7 +79,7 @@ std::map<Strategy, Timing> measure_case(Context& ctx, Setup& setup, const std::s
 }
 
 int run_seed(Context& ctx, const Outputs& out) {
-  normkit::PlannerTable no_fused = normkit::default_planner_table();
+  normkit::PlannerTable no_fused = normkit::default_planner_table(ctx.backend->planner_facts());
   no_fused.fused_enabled = false;
 
   std::vector<Record> records;
@@ -583,7 +583,7 @@ int main_impl(int argc, char** argv) {
   ctx.copy_bw = ctx.backend->copy_bandwidth(copy_bytes, ctx.cpu() ? 3 : 10, &ctx.copy_bytes);
   std::cerr << "normkit-bench: " << ctx.backend->description() << "; copy bandwidth " << fmt(ctx.copy_bw / 1e12, 3)
             << " TB/s (" << fmt_bytes(double(ctx.copy_bytes)) << " copies, read + write); planner table "
-            << planner_table_note() << "\n";
+            << planner_table_note(ctx.backend->planner_facts()) << "\n";
 
   Outputs out{cli.str("json"), cli.str("csv"), cli.str("md")};
   const double max_cell_bytes = double(cli.integer("max-cell-bytes", 2LL << 30));

@@ -542,8 +542,8 @@ def run(args):
                 calls_per_graph=args.calls, replays=args.replays, warm_ms=args.warm_ms, side_by_side=not args.sequential,
                 compile=not args.quick,
                 normkit=have_normkit, normkit_note=normkit_note, smoke=SMOKE, time_budget=args.time_budget,
-                # the planner's thresholds: the built-in (H200) table unless NORMKIT_PLANNER_TABLE names another
-                planner_table=os.environ.get("NORMKIT_PLANNER_TABLE") or "built-in")
+                # the planner's thresholds: the file NORMKIT_PLANNER_TABLE names, or the GPU's built-in table
+                planner_table=planner_table_source(have_normkit))
     use_compile = not args.quick
     compile_spent = 0.0
     results, notes_all = [], set()
@@ -703,6 +703,16 @@ def merge(args):
     md, _json_path = write_outputs(args, meta, merged)
     print(md)
     return 0
+
+
+def planner_table_source(have_normkit):
+    """The planner table normkit's plans come from (normkit.planner_table(): the file NORMKIT_PLANNER_TABLE
+    names, or "built-in (H200)" / "built-in (H100 SXM)"); without normkit, the variable or "built-in"."""
+    if have_normkit:
+        import normkit
+        if hasattr(normkit, "planner_table"):  # an install older than the H100 SXM's table lacks it
+            return normkit.planner_table()
+    return os.environ.get("NORMKIT_PLANNER_TABLE") or "built-in"
 
 
 def git_commit():

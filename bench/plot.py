@@ -101,8 +101,8 @@ def main():
 
         fig, axes = plt.subplots(1, 3, figsize=(21, 7))
         # a sweep under another planner table than the built-in one says which (normkit-bench's meta)
-        table = meta.get("planner_table", "built-in")
-        table_note = "" if table == "built-in" else f", planner table {os.path.basename(table)}"
+        table = meta.get("planner_table", "built-in")  # "built-in (GPU)" since the H100 SXM's own table
+        table_note = "" if table.startswith("built-in") else f", planner table {os.path.basename(table)}"
         fig.suptitle(f"normkit {op} {dtype} ({mode} timing) — {meta.get('device', '')}, commit {meta.get('commit', '')}"
                      + table_note)
         # (a) fastest strategy

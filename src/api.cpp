@@ -14,18 +14,18 @@ namespace {
 using detail::BackwardProblem;
 using detail::ForwardProblem;
 
-const PlannerTable& table_of(const ExecConfig& config) {
-  return config.table != nullptr ? *config.table : default_planner_table();
+const PlannerTable& table_of(const ExecConfig& config, const DeviceFacts& facts) {
+  return config.table != nullptr ? *config.table : default_planner_table(facts);
 }
 
 Plan plan_for(const ForwardProblem& p, const ExecConfig& config) {
   const DeviceFacts facts = config.device == Device::Cuda ? detail::cuda_device_facts() : DeviceFacts{};
-  return plan(detail::planner_problem(p), facts, Strategy::Auto, table_of(config));
+  return plan(detail::planner_problem(p), facts, Strategy::Auto, table_of(config, facts));
 }
 
 Plan plan_for(const BackwardProblem& p, const ExecConfig& config) {
   const DeviceFacts facts = config.device == Device::Cuda ? detail::cuda_device_facts() : DeviceFacts{};
-  return plan(detail::planner_problem(p), facts, config.strategy, table_of(config));
+  return plan(detail::planner_problem(p), facts, config.strategy, table_of(config, facts));
 }
 
 /// The ExecConfig's own fields, before the views: an unknown device would otherwise skip the checks

@@ -45,6 +45,15 @@ const char* band_name(TileBand band);
 /// non-portable cluster size of sm_90 (kernels opt in per launch).
 constexpr int kMaxFusedSplitBlocks = 16;
 
+/// The GPUs with a built-in planner table of their own (builtin_planner_table). Every other GPU, and
+/// the CPU path, plans with the H200's, on which the thresholds were measured.
+enum class BuiltinTable : std::uint8_t { H200, H100Sxm };
+const char* builtin_table_name(BuiltinTable table);  ///< "H200", "H100 SXM"
+/// The built-in table for a device, from its name (cudaDeviceProp::name) and SM count: the H100 SXM's
+/// for "NVIDIA H100 80GB HBM3" with 132 SMs (the GPU its table was measured on; the PCIe and NVL
+/// H100s differ in SMs, clocks and memory), the H200's for any other.
+BuiltinTable builtin_table_for(const std::string& device_name, int sm_count);
+
 /// What the planner needs to know about the GPU. Filled from cudaGetDeviceProperties by the CUDA
 /// layer; tests construct it by hand (AMD-like warp_size 64 included).
 struct DeviceFacts {
@@ -69,7 +78,17 @@ struct DeviceFacts {
   /// docs/NOTES.md entry 70). The fused split walk sizes its clusters by them
   /// (PlannerTable::fused_split_most_clusters).
   int cluster_sms[kMaxFusedSplitBlocks] = {132, 132, 117, 120, 110, 102, 105, 120, 81, 70, 77, 84, 91, 98, 105, 112};
+  /// The built-in table a call on this device plans with when it names none (default_planner_table).
+  BuiltinTable builtin_table = BuiltinTable::H200;
   static DeviceFacts h200() { return {}; }
+  /// An H100 SXM (80GB HBM3) as its CUDA layer reports it: the H200's SMs and cluster counts (normkit-bench's
+  /// header on both), 50 MiB of L2, and the H100's built-in table.
+  static DeviceFacts h100_sxm() {
+    DeviceFacts d;
+    d.l2_bytes = std::int64_t(50) << 20;
+    d.builtin_table = BuiltinTable::H100Sxm;
+    return d;
+  }
 };
 
 /// The problem as the planner sees it.
@@ -168,8 +187,9 @@ struct Plan {
   std::string describe() const;   ///< one line, e.g. "two_pass parts=33 row=vec8x1/64t"
 };
 
-/// Thresholds. The defaults were measured on the H200 (see docs/NOTES.md); normkit-bench --tune
-/// can write a table for another GPU which load_planner_table() reads.
+/// Thresholds. The defaults were measured on the H200 (see docs/NOTES.md); an H100 SXM plans with a
+/// built-in table of its own (builtin_planner_table), and normkit-bench --tune can write a table for
+/// another GPU which load_planner_table() reads.
 struct PlannerTable {
   // gamma/beta strategy choice when the fused path cannot serve the call (or is not chosen)
   /// M <= this: simple (one thread per column). The bf16 sweep at 57bda28 (docs/NOTES.md, entry 9):
@@ -500,7 +520,8 @@ struct PlannerTable {
   /// faster), N = 64, fused / two-pass: M = 4097 1.07 (full backward), 1.23 (gamma/beta), 1.09
   /// (RMSNorm gamma/beta); M = 16384 0.75 / 0.88 / 0.79. It was 4096 from the c825604 sweep (fused
   /// 7.02 vs two-pass 7.72 us at M = 4097 then). Unvectorised short rows (N = 1) keep their own rule.
-  /// `normkit-bench --tune` re-measures it (step 7: an H100 wants it higher, docs/NOTES.md entry 93).
+  /// `normkit-bench --tune` re-measures it (step 7: an H100 wants it higher, docs/NOTES.md entry 93; 32768
+  /// in the H100 SXM's built-in table, entry 102).
   std::int64_t fused_short_row_min_rows = 16384;
   /// With dX such rows are fused from fewer rows too: from this many bytes of x (M x N x element
   /// size), LayerNorm and RMSNorm (rms_ key) apart. bf16, graph, fused vs two-pass (docs/NOTES.md entry
@@ -525,7 +546,8 @@ struct PlannerTable {
   /// docs/NOTES.md entry 31): 131072 x 4096 bf16 558.8 -> 512.1 us (90 -> 99 % of the floor), fp32
   /// 1114.7 -> 1036.1; 16384 x 8192 bf16 143.3 -> 137.1; at 8 - 16 MB slower (bf16 4096 x 1024 6.50
   /// -> 6.87 us, 8192 x 768 8.59 -> 9.24, 2048 x 2048 6.39 -> 6.67) or tied (8192 x 1000, 131072 x
-  /// 64). LayerNorm has no packed walk (it lost everywhere: 131072 x 4096 bf16 563.7 -> 639.4 us).
+  /// 64). LayerNorm has no packed walk (it lost everywhere: 131072 x 4096 bf16 563.7 -> 639.4 us). The H100
+  /// SXM's built-in table takes it from 4 MiB (entry 102).
   std::int64_t rms_forward_packed_min_bytes = std::int64_t(64) << 20;
   /// Forward rows of at most forward_short_rows_max_vectors 16-byte vectors take the short-row walk
   /// (RowShape::short_rows) from this many bytes of x on (M x N x element size).
@@ -713,8 +735,8 @@ struct PlannerTable {
   /// Default: the portable size -- on the H200 the wide layout beat 2-item blocks over larger clusters at
   /// every width that needs 9-16 of them, by 1.14-1.80x at 2048 rows (`normkit-bench --tune` step 5; the
   /// A/B at 122880-131072 columns: 2-item 1.00-1.28x the wide layout's time; docs/NOTES.md entry 92), while
-  /// an H100 measured 2-item over 16 blocks 0.90-0.98x the wide layout from 15 blocks (entry 91): 16 there,
-  /// the tune's table for such a GPU.
+  /// an H100 measured 2-item over 16 blocks 0.90-0.98x the wide layout from 15 blocks (entry 91): 16 there
+  /// (the H100 SXM's built-in table, entry 102).
   int fused_cached_split_max = 8;  // kPortableClusterBlocks (declared below)
   /// Rows that need more 2-item blocks than the portable cluster holds (rows of 65537..131072 16-bit /
   /// 32769..65536 fp32 columns) stay 2-item over a cluster above the portable size only from this many
@@ -768,7 +790,18 @@ struct PlannerTable {
   int fused_wide_min_element_bytes = 2;
 };
 
+/// The built-in table measured on `table`'s GPU (the H200's is PlannerTable{}; the H100 SXM's changes
+/// the keys that GPU measured otherwise, planner.cpp says which and where).
+const PlannerTable& builtin_planner_table(BuiltinTable table);
+/// The table a call on `device` plans with when ExecConfig::table is null: the file NORMKIT_PLANNER_TABLE
+/// names (read once, at the first plan, for every device; a bad file throws normkit::Error naming its
+/// line, every time it is asked for), else the device's built-in table (DeviceFacts::builtin_table).
+const PlannerTable& default_planner_table(const DeviceFacts& device);
+/// The same for the H200 (and the CPU path): NORMKIT_PLANNER_TABLE's file, else PlannerTable{}.
 const PlannerTable& default_planner_table();
+/// Which table default_planner_table(device) is, for reports: the path NORMKIT_PLANNER_TABLE names, or
+/// "built-in (H200)" / "built-in (H100 SXM)". Throws like it for a bad file.
+std::string planner_table_source(const DeviceFacts& device);
 /// Reads a table written by `normkit-bench --tune` (key = value lines). Throws normkit::Error on a
 /// malformed file, naming the line.
 PlannerTable load_planner_table(const std::string& path);
@@ -937,8 +970,9 @@ constexpr int kSmemReservedPerBlock = 1 << 10;
 
 /// The planner. `requested` = Auto chooses; anything else is honoured or throws normkit::Error
 /// (e.g. fused for a row too wide for its register layout) -- never a silent substitute.
-Plan plan(const Problem& problem, const DeviceFacts& device, Strategy requested = Strategy::Auto,
-          const PlannerTable& table = default_planner_table());
+Plan plan(const Problem& problem, const DeviceFacts& device, Strategy requested, const PlannerTable& table);
+/// The same with the device's table (default_planner_table(device)).
+Plan plan(const Problem& problem, const DeviceFacts& device, Strategy requested = Strategy::Auto);
 
 /// Whether `strategy` can serve `problem` (and why not, when it cannot).
 bool strategy_supported(const Problem& problem, Strategy strategy, std::string* why_not = nullptr,

@@ -96,8 +96,9 @@ struct ExecConfig {
   Device device = Device::Cuda;
   CUstream_st* stream = nullptr;  ///< CUDA stream (nullptr = legacy default stream); ignored on CPU.
   Strategy strategy = Strategy::Auto;
-  /// The planner's thresholds for this call (nullptr: default_planner_table(), i.e. the built-in
-  /// H200 table or the file NORMKIT_PLANNER_TABLE names). Must outlive the call.
+  /// The planner's thresholds for this call (nullptr: default_planner_table(device facts), i.e. the file
+  /// NORMKIT_PLANNER_TABLE names, else the GPU's built-in table: the H100 SXM's on that GPU, the H200's
+  /// on any other and on the CPU path). Must outlive the call.
   const PlannerTable* table = nullptr;
   /// true: the caller has already made sure that every pointer of the call is memory of `device`
   /// (a framework whose tensors carry their device, as normkit's PyTorch binding does). Validation

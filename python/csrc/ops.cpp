@@ -574,7 +574,8 @@ std::tuple<bool, std::string> strategy_supported(std::string_view op, int64_t M,
   const normkit::Problem p = query_problem(op, M, N, dtype, mask, weight_dtype);
   return translate_errors([&] {
     std::string why;
-    const bool ok = normkit::strategy_supported(p, normkit::parse_strategy(std::string(strategy)), &why);
+    const bool ok = normkit::strategy_supported(p, normkit::parse_strategy(std::string(strategy)), &why,
+                                                normkit::default_planner_table(query_device()));
     return std::make_tuple(ok, ok ? std::string() : why);
   });
 }
@@ -650,4 +651,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
              pybind11::arg("eps"),
              "y of torch.ops.normkit.rms_norm_forward, dispatched without the boxed call (eager use only)");
   module.def("_backward_strategy", &normkit_torch::backward_strategy, "This thread's forced backward strategy, or None");
+  module.def("_planner_table", [] {
+               try {
+                 return normkit::planner_table_source(query_device());
+               } catch (const normkit::Error& e) {  // a bad table file: RuntimeError, like the ops' errors
+                 throw std::runtime_error(e.what());
+               }
+             },
+             "The planner table of the current device (normkit::planner_table_source)");
 }

@@ -45,9 +45,17 @@ def strategy_supported(op, M, N, dtype, mask=(True, True, True), strategy="auto"
     return bool(ok), why
 
 
+def planner_table() -> str:
+    """Which planner table normkit plans with on the current CUDA device (the H200's without one): the
+    file NORMKIT_PLANNER_TABLE names, or "built-in (H100 SXM)" / "built-in (H200)". The H100 SXM has
+    a built-in table of its own; every other GPU plans with the H200's (`normkit-bench --tune FILE`
+    measures one for it). A table file that does not load raises RuntimeError naming its line."""
+    return str(_C._planner_table())
+
+
 STRATEGIES = ("auto", "simple", "tiled", "two_pass", "fused")
 
 __all__ = [
-    "layer_norm", "rms_norm", "nn", "swap_norms", "plan_backward", "strategy_supported",
+    "layer_norm", "rms_norm", "nn", "swap_norms", "plan_backward", "strategy_supported", "planner_table",
     "backward_strategy", "get_backward_strategy", "built_with_cuda", "cuda_available", "STRATEGIES",
 ]

@@ -1,7 +1,6 @@
 """python -m normkit: what this install is (its build, torch, the device, the planner table) and a self-check
 of its norms against torch.nn.functional on this machine's device, forward and backward. Exit status 1 when
 a case fails, e.g. a GPU this build has no kernels for, or a planner table that picks a wrong plan."""
-import os
 import sys
 
 import torch
@@ -56,13 +55,17 @@ def main() -> int:
         print(f"device: {props.name} (compute {props.major}.{props.minor}, {props.multi_processor_count} SMs)")
     else:
         print("device: none used (CPU tensors run normkit's float64 reference)")
-    table = os.environ.get("NORMKIT_PLANNER_TABLE")
-    print(f"planner table: {'NORMKIT_PLANNER_TABLE=' + table if table else 'built-in (measured on an H200)'}")
-    if cuda and not table and "H200" not in props.name:
-        # some crossovers differ between GPUs (docs/NOTES.md entry 92: an H100 wants other cluster sizes)
-        print("  note: this GPU is not the one the built-in table was measured on; `normkit-bench --tune FILE` "
-              "(the C++ build's benchmark) measures a table for it, used through NORMKIT_PLANNER_TABLE=FILE")
     failed = 0
+    try:
+        table = normkit.planner_table()
+        print(f"planner table: {table}")
+        if cuda and table == "built-in (H200)" and "H200" not in props.name:
+            # some crossovers differ between GPUs (docs/NOTES.md entries 92, 102: an H100 wants other cluster sizes)
+            print("  note: this GPU has no built-in table of its own; `normkit-bench --tune FILE` (the C++ build's "
+                  "benchmark) measures a table for it, used through NORMKIT_PLANNER_TABLE=FILE")
+    except RuntimeError as error:  # a table file that does not load
+        failed += 1
+        print(f"planner table: FAILED, {error}")
     for op in ("layer_norm", "rms_norm"):
         try:  # a planner table that does not load fails here (the CPU path never plans)
             print(f"plan, {op} backward 16384 x 4096 bf16: {normkit.plan_backward(op, 16384, 4096, torch.bfloat16)}")

@@ -85,6 +85,7 @@ DeviceFacts cuda_device_facts() {
     facts.max_cluster_blocks = prop.major >= 9 ? kPortableClusterBlocks : 0;  // thread-block clusters: sm_90 on
     facts.max_nonportable_cluster_blocks = prop.major >= 9 ? kMaxFusedSplitBlocks : 0;  // sm_90: 16 when opted in
     facts.programmatic_launch = prop.major >= 9;         // programmatic dependent launch: sm_90 on
+    facts.builtin_table = builtin_table_for(prop.name, prop.multiProcessorCount);
     fill_cluster_sms(facts, kFusedBlockThreads);
     if (facts.warp_size != kWarpSize)
       throw CudaError("normkit: device warp size " + std::to_string(facts.warp_size) + " but kernels are built for " +

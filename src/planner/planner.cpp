@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -808,16 +809,90 @@ Strategy auto_strategy(const Problem& p, const DeviceFacts& device, const Planne
 
 }  // namespace
 
-const PlannerTable& default_planner_table() {
-  // The built-in table was measured on the H200. A table written by `normkit-bench --tune` for another
-  // GPU is used instead when NORMKIT_PLANNER_TABLE names it (read once, at the first plan; a bad file
-  // throws normkit::Error naming its line, every time it is asked for).
-  static const PlannerTable table = [] {
-    const char* path = std::getenv("NORMKIT_PLANNER_TABLE");
-    return (path != nullptr && *path != '\0') ? load_planner_table(path) : PlannerTable{};
-  }();
-  return table;
+const char* builtin_table_name(BuiltinTable table) {
+  switch (table) {
+    case BuiltinTable::H200: return "H200";
+    case BuiltinTable::H100Sxm: return "H100 SXM";
+  }
+  return "unknown";
 }
+
+BuiltinTable builtin_table_for(const std::string& device_name, int sm_count) {
+  // The exact GPU the H100 table was measured on: the PCIe (114 SMs) and NVL (94 GB) H100s keep the H200's.
+  return device_name.find("H100 80GB HBM3") != std::string::npos && sm_count == 132 ? BuiltinTable::H100Sxm
+                                                                                   : BuiltinTable::H200;
+}
+
+namespace {
+
+/// The H100 SXM's table: the H200's but where an H100 80GB HBM3 measured a key otherwise. Each value was
+/// chosen by `normkit-bench --tune` on that H100 for bf16 and fp16 alike (bench/results/
+/// h100-tune-{bf16,f16}-4aa8155.md) and confirmed by auto under both tables on shapes whose plans it
+/// changes, three alternating runs each (docs/NOTES.md entry 102, H100, graph; H100 table / H200 table).
+/// The tune's other moves are left out: those that differed between its two dtypes (simple_max_rows,
+/// the LayerNorm short-row forward cuts; entry 92 found them moving on noise), the forward split's rows
+/// of 4 vectors a thread over clusters twice as large where this table keeps 8 (forward_split_wide_items_*:
+/// 1.01-1.23x slower at 163840-262144 columns in that A/B; clusters of 10-16, which the GPU holds fewer
+/// of), and the 2-item cut at 14 blocks (fused_cached_split_min_beyond_portable, below).
+PlannerTable h100_sxm_table() {
+  PlannerTable t;
+  // Rows that need 15-16 2-item blocks (122881-131072 16-bit / 61441-65536 fp32 columns) stay 2-item
+  // over a cluster of 16: full backward 0.92-0.93x at 512 / 2048 x 131072 bf16 (LayerNorm, RMSNorm),
+  // 0.95x at RMSNorm fp32 1024 x 65536; entry 91 measured 0.90-0.98x from 15 blocks (the tune's 14 took
+  // LayerNorm with fp32 weights 1.01-1.04x there, so the cut stays at 15). The H200 wants 8 (entry 92).
+  t.fused_cached_split_max = kMaxFusedSplitBlocks;
+  // Short rows fuse from 32768 rows, not 16384: gamma/beta alone at 16384 x 24 / 64 and 24576 x 32 bf16
+  // 0.86-0.95x; the full backward there 0.99-1.02x (the tune's step 7: 1.0079 -> 1.0022).
+  t.fused_short_row_min_rows = 32768;
+  // RMSNorm's packed forward walk from 4 MiB of x, not 64 MiB: 0.975-0.995x at 16384 x 256, 32768 x 128,
+  // 8192 x 512 and 65536 x 96 bf16 (the tune: 1.0087 -> 1.0015 over 55 shapes).
+  t.rms_forward_packed_min_bytes = std::int64_t(4) << 20;
+  return t;
+}
+
+}  // namespace
+
+const PlannerTable& builtin_planner_table(BuiltinTable table) {
+  static const PlannerTable h200{};
+  static const PlannerTable h100_sxm = h100_sxm_table();
+  return table == BuiltinTable::H100Sxm ? h100_sxm : h200;
+}
+
+namespace {
+
+/// The table NORMKIT_PLANNER_TABLE names, if any: it replaces the built-in ones on every device. Read
+/// once, at the first plan; a bad file throws normkit::Error naming its line, every time it is asked for
+/// (a static whose initialiser throws is initialised again at the next call).
+struct TableFile {
+  std::string path;
+  std::optional<PlannerTable> table;
+};
+const TableFile& table_file() {
+  static const TableFile file = [] {
+    TableFile f;
+    const char* path = std::getenv("NORMKIT_PLANNER_TABLE");
+    if (path != nullptr && *path != '\0') {
+      f.table = load_planner_table(path);
+      f.path = path;
+    }
+    return f;
+  }();
+  return file;
+}
+
+}  // namespace
+
+const PlannerTable& default_planner_table(const DeviceFacts& device) {
+  const TableFile& file = table_file();
+  return file.table ? *file.table : builtin_planner_table(device.builtin_table);
+}
+
+std::string planner_table_source(const DeviceFacts& device) {
+  const TableFile& file = table_file();
+  return file.table ? file.path : std::string("built-in (") + builtin_table_name(device.builtin_table) + ")";
+}
+
+const PlannerTable& default_planner_table() { return default_planner_table(DeviceFacts::h200()); }
 
 bool strategy_supported(const Problem& problem, Strategy strategy, std::string* why_not, const PlannerTable& table) {
   if (!is_backward(problem.op)) {
@@ -835,6 +910,10 @@ bool strategy_supported(const Problem& problem, Strategy strategy, std::string* 
       return fused_fits(problem, table, why_not);
   }
   return false;
+}
+
+Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested) {
+  return plan(p, device, requested, default_planner_table(device));
 }
 
 Plan plan(const Problem& p, const DeviceFacts& device, Strategy requested, const PlannerTable& t) {

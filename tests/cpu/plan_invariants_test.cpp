@@ -821,6 +821,19 @@ TEST(PlanInvariants, DefaultTableRandomProblems) {
   EXPECT_TRUE(narrow) << "no narrowed tiled strips generated";
 }
 
+// The H100 SXM's built-in table (2-item rows over clusters of 16, short rows fused later, RMSNorm's
+// packed forward from 4 MiB), on every device of the sweep like the H200's.
+TEST(PlanInvariants, H100SxmTableRandomProblems) {
+  Checker ck;
+  Stats stats;
+  run_sweep(20261206, 3000, {{"h100 sxm", builtin_planner_table(BuiltinTable::H100Sxm)}}, ck, stats);
+  std::printf("[plan invariants] H100 SXM table: %lld problems (with masks), %lld plans, %lld rejected, %lld checks\n",
+              static_cast<long long>(stats.problems), static_cast<long long>(stats.plans),
+              static_cast<long long>(stats.rejected), static_cast<long long>(ck.checks()));
+  ck.report();
+  EXPECT_GT(ck.covered("row kernel: rms_forward_packed_kernel"), 0);
+}
+
 // Tables that load_planner_table accepts and that turn on the paths the built-in table leaves off or
 // rare: the small-problem cluster finish (fused_cluster_max_elements, which `normkit-bench --tune`
 // re-measures), every split layout (forward_split_wide_min_vectors: "a key for probes and for the

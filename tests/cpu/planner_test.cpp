@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <initializer_list>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -2523,6 +2525,69 @@ TEST(PlannerTable, RoundTripsThroughItsTextFormat) {
   const PlannerTable back = load_planner_table(path);
   EXPECT_EQ(format_planner_table(back), format_planner_table(t));
   std::remove(path.c_str());
+}
+
+// The H100 SXM has a built-in table of its own, chosen by the device's name and SM count; every other GPU
+// (and the CPU path) plans with the H200's.
+TEST(PlannerTable, BuiltinTableOfTheDevice) {
+  EXPECT_EQ(builtin_table_for("NVIDIA H100 80GB HBM3", 132), BuiltinTable::H100Sxm);
+  EXPECT_EQ(builtin_table_for("NVIDIA H100 80GB HBM3", 114), BuiltinTable::H200);  // not the GPU it was measured on
+  EXPECT_EQ(builtin_table_for("NVIDIA H100 PCIe", 114), BuiltinTable::H200);
+  EXPECT_EQ(builtin_table_for("NVIDIA H100 NVL", 132), BuiltinTable::H200);
+  EXPECT_EQ(builtin_table_for("NVIDIA H200", 132), BuiltinTable::H200);
+  EXPECT_EQ(builtin_table_for("", 0), BuiltinTable::H200);
+  EXPECT_STREQ(builtin_table_name(BuiltinTable::H100Sxm), "H100 SXM");
+  EXPECT_STREQ(builtin_table_name(BuiltinTable::H200), "H200");
+  EXPECT_EQ(DeviceFacts{}.builtin_table, BuiltinTable::H200);
+  EXPECT_EQ(DeviceFacts::h100_sxm().builtin_table, BuiltinTable::H100Sxm);
+
+  // The H100's table is the H200's but for the keys planner.cpp's h100_sxm_table documents.
+  const auto lines = [](const PlannerTable& t) {
+    std::vector<std::string> out;
+    std::istringstream in(format_planner_table(t));
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty() && line[0] != '#') out.push_back(line);
+    return out;
+  };
+  const std::vector<std::string> h200 = lines(builtin_planner_table(BuiltinTable::H200));
+  const std::vector<std::string> h100 = lines(builtin_planner_table(BuiltinTable::H100Sxm));
+  EXPECT_EQ(h200, lines(PlannerTable{}));
+  ASSERT_EQ(h200.size(), h100.size());
+  std::vector<std::string> changed;
+  for (std::size_t i = 0; i < h100.size(); ++i)
+    if (h100[i] != h200[i]) changed.push_back(h100[i]);
+  EXPECT_EQ(changed, (std::vector<std::string>{"rms_forward_packed_min_bytes = 4194304", "fused_short_row_min_rows = 32768",
+                                               "fused_cached_split_max = 16"}));
+}
+
+// Without ExecConfig::table (and without NORMKIT_PLANNER_TABLE, which CTest leaves unset here), a plan
+// for a device takes that device's built-in table: the plans its keys move differ, the rest agree.
+TEST(PlannerTable, PlanTakesTheDevicesBuiltinTable) {
+  if (std::getenv("NORMKIT_PLANNER_TABLE") != nullptr && *std::getenv("NORMKIT_PLANNER_TABLE") != '\0')
+    GTEST_SKIP() << "NORMKIT_PLANNER_TABLE replaces the built-in tables";
+  const DeviceFacts h200 = DeviceFacts::h200(), h100 = DeviceFacts::h100_sxm();
+  EXPECT_EQ(&default_planner_table(h100), &builtin_planner_table(BuiltinTable::H100Sxm));
+  EXPECT_EQ(&default_planner_table(h200), &builtin_planner_table(BuiltinTable::H200));
+  EXPECT_EQ(&default_planner_table(), &builtin_planner_table(BuiltinTable::H200));
+  EXPECT_EQ(planner_table_source(h100), "built-in (H100 SXM)");
+  EXPECT_EQ(planner_table_source(h200), "built-in (H200)");
+  // a row of 131072 bf16 columns, full backward: 2-item blocks over a cluster of 16 on the H100, the wide
+  // layout over 8 on the H200 (entries 92, 102)
+  const Problem wide = backward(2048, 131072, DType::BF16, {true, true, true});
+  const Plan wide_h100 = plan(wide, h100), wide_h200 = plan(wide, h200);
+  EXPECT_EQ(wide_h100.strategy, Strategy::Fused);
+  EXPECT_EQ(wide_h100.row.split, 16);
+  EXPECT_EQ(wide_h100.row.items, 2);
+  EXPECT_EQ(wide_h200.row.split, 8) << wide_h200.describe();
+  EXPECT_EQ(plan(wide, h100, Strategy::Auto, builtin_planner_table(BuiltinTable::H200)).describe(), wide_h200.describe());
+  // gamma/beta of 16384 rows of 64 bf16 columns: fused on the H200 (fused_short_row_min_rows 16384), not on
+  // the H100 (32768)
+  const Problem short_rows = backward(16384, 64, DType::BF16);
+  EXPECT_EQ(plan(short_rows, h200).strategy, Strategy::Fused);
+  EXPECT_NE(plan(short_rows, h100).strategy, Strategy::Fused);
+  // a shape none of the H100's keys touch plans alike
+  const Problem llm = backward(131072, 4096, DType::BF16, {true, true, true});
+  EXPECT_EQ(plan(llm, h100).describe(), plan(llm, h200).describe());
 }
 
 TEST(PlannerTable, MalformedFileNamesTheLine) {
