@@ -828,7 +828,8 @@ namespace {
 /// The H100 SXM's table: the H200's but where an H100 80GB HBM3 measured a key otherwise. Each value was
 /// chosen by `normkit-bench --tune` on that H100 for bf16 and fp16 alike (bench/results/
 /// h100-tune-{bf16,f16}-4aa8155.md) and confirmed by auto under both tables on shapes whose plans it
-/// changes, three alternating runs each (docs/NOTES.md entry 102, H100, graph; H100 table / H200 table).
+/// changes, three alternating runs each (docs/NOTES.md entry 102, bench/results/h100-builtin-table-ab-04bfcad.md:
+/// H100, graph; auto under this table / under the H200's).
 /// The tune's other moves are left out: those that differed between its two dtypes (simple_max_rows,
 /// the LayerNorm short-row forward cuts; entry 92 found them moving on noise), the forward split's rows
 /// of 4 vectors a thread over clusters twice as large where this table keeps 8 (forward_split_wide_items_*:
@@ -837,14 +838,15 @@ namespace {
 PlannerTable h100_sxm_table() {
   PlannerTable t;
   // Rows that need 15-16 2-item blocks (122881-131072 16-bit / 61441-65536 fp32 columns) stay 2-item
-  // over a cluster of 16: full backward 0.92-0.93x at 512 / 2048 x 131072 bf16 (LayerNorm, RMSNorm),
+  // over a cluster of 16: full backward 0.92-0.94x at 512 / 2048 x 131072 bf16 (LayerNorm, RMSNorm),
   // 0.95x at RMSNorm fp32 1024 x 65536; entry 91 measured 0.90-0.98x from 15 blocks (the tune's 14 took
   // LayerNorm with fp32 weights 1.01-1.04x there, so the cut stays at 15). The H200 wants 8 (entry 92).
   t.fused_cached_split_max = kMaxFusedSplitBlocks;
   // Short rows fuse from 32768 rows, not 16384: gamma/beta alone at 16384 x 24 / 64 and 24576 x 32 bf16
-  // 0.86-0.95x; the full backward there 0.99-1.02x (the tune's step 7: 1.0079 -> 1.0022).
+  // 0.87-0.95x; LayerNorm's full backward at 16384 x 24 1.02x (its rows of 32-64 columns there stay fused,
+  // from their bytes: fused_short_row_dx_min_bytes). The tune's step 7 scored it 1.0079 -> 1.0022.
   t.fused_short_row_min_rows = 32768;
-  // RMSNorm's packed forward walk from 4 MiB of x, not 64 MiB: 0.975-0.995x at 16384 x 256, 32768 x 128,
+  // RMSNorm's packed forward walk from 4 MiB of x, not 64 MiB: 0.983-0.997x at 16384 x 256, 32768 x 128,
   // 8192 x 512 and 65536 x 96 bf16 (the tune: 1.0087 -> 1.0015 over 55 shapes).
   t.rms_forward_packed_min_bytes = std::int64_t(4) << 20;
   return t;
