@@ -2556,7 +2556,7 @@ TEST(PlannerTable, BuiltinTableOfTheDevice) {
   std::vector<std::string> changed;
   for (std::size_t i = 0; i < h100.size(); ++i)
     if (h100[i] != h200[i]) changed.push_back(h100[i]);
-  EXPECT_EQ(changed, (std::vector<std::string>{"rms_forward_packed_min_bytes = 4194304", "fused_short_row_min_rows = 32768",
+  EXPECT_EQ(changed, (std::vector<std::string>{"rms_forward_packed_min_bytes = 4193280", "fused_short_row_min_rows = 32768",
                                                "fused_cached_split_max = 16"}));
 }
 
