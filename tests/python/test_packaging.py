@@ -102,3 +102,33 @@ def test_python_m_normkit_reports_and_self_checks(tmp_path):
                          cwd=str(tmp_path), env=dict(os.environ, NORMKIT_PLANNER_TABLE=str(tmp_path / "missing.table")))
     assert bad.returncode == 1 and "self-check: FAILED" in bad.stdout and "cannot open planner table" in bad.stdout, \
         bad.stdout + bad.stderr
+
+
+def test_planner_table_names_the_table_in_use(tmp_path):
+    """normkit.planner_table(): the current device's built-in table (the H100 SXM has its own, every other
+    GPU and the CPU path take the H200's), or the file NORMKIT_PLANNER_TABLE names; a file that does not
+    load raises RuntimeError naming its line."""
+    import torch
+    import normkit
+    expected = "built-in (H200)"
+    if normkit.built_with_cuda() and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        if "H100 80GB HBM3" in props.name and props.multi_processor_count == 132:
+            expected = "built-in (H100 SXM)"
+    if not os.environ.get("NORMKIT_PLANNER_TABLE"):  # (a table named for the whole run replaces it)
+        assert normkit.planner_table() == expected
+
+    def planner_table_under(path):
+        return subprocess.run([sys.executable, "-c", "import normkit; print(normkit.planner_table())"],
+                              capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+                              env=dict(os.environ, NORMKIT_PLANNER_TABLE=str(path)))
+
+    table = tmp_path / "three-rows.table"
+    table.write_text("simple_max_rows = 3\n")
+    run = planner_table_under(table)
+    assert run.returncode == 0 and run.stdout.strip() == str(table), run.stdout + run.stderr
+    bad = tmp_path / "bad.table"
+    bad.write_text("simple_max_rows = 3\nno_such_key = 1\n")
+    run = planner_table_under(bad)
+    assert run.returncode != 0 and "RuntimeError" in run.stderr and "line 2" in run.stderr \
+        and "no_such_key" in run.stderr, run.stderr
