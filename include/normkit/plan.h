@@ -461,7 +461,9 @@ struct PlannerTable {
   std::int64_t tiled_tall_max_bytes = std::int64_t(4) << 20;
   /// ... on at least this many strips with dX, tiled_tall_gb_min_strips without: H200, 1024 rows (entry
   /// 94), with dX 8 strips (N = 64, 16-bit) 1.03-1.08x two-pass, 16 (N = 128) 0.93-0.98x; gamma/beta alone
-  /// 8 strips 1.11-1.15x two-pass (H100 and H200 quick sweeps), 32 (N = 256) 0.85-0.89x.
+  /// 8 strips 1.11-1.15x two-pass (H100 and H200 quick sweeps), 32 (N = 256) 0.85-0.89x. 9-15 strips were
+  /// not measured on the H200; on an H100 they are 0.79-0.98x the plans they replace (9 in the H100 SXM's
+  /// built-in table, docs/NOTES.md entry 102).
   std::int64_t tiled_tall_min_strips = 16;
   std::int64_t tiled_tall_gb_min_strips = 32;
   /// Gamma/beta alone: auto takes tiled on tall strips at any M (from tiled_tall_gb_min_rows) where
