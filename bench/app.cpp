@@ -1,7 +1,6 @@
 // normkit-bench's shared pieces (app.h).
 #include "app.h"
 
-#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <set>
