@@ -466,6 +466,12 @@ struct PlannerTable {
   /// built-in table, docs/NOTES.md entry 102).
   std::int64_t tiled_tall_min_strips = 16;
   std::int64_t tiled_tall_gb_min_strips = 32;
+  /// With dX, rows of at most tiled_tall_few_max_rows take tall strips from tiled_tall_few_min_strips strips
+  /// (where that is fewer than tiled_tall_min_strips); 0 rows: never. H100 (docs/NOTES.md entry 102), 8 strips
+  /// (64 16-bit / 32 fp32 columns) against the plans they replace, full backward: 0.80-0.94x at 512-1024 rows,
+  /// 0.92-1.17x at 1280-2048 (1024 in the H100 SXM's built-in table). Not measured on the H200: off there.
+  std::int64_t tiled_tall_few_min_strips = 8;
+  std::int64_t tiled_tall_few_max_rows = 0;
   /// Gamma/beta alone: auto takes tiled on tall strips at any M (from tiled_tall_gb_min_rows) where
   /// they number at least this percent of the SMs (0 = off), ahead of fused and two-pass. They fill
   /// the GPU from 16-bit N = 16384 (128 strips of 16 lanes): H200 quick sweeps at 7f62504, 16384 x

@@ -668,8 +668,8 @@ bool tall_strips_last_wave_short(const Problem& p, const DeviceFacts& device, co
 
 /// Whether auto takes tiled on tall strips (PlannerTable::tiled_tall_max_rows, _max_bytes): rows that
 /// take tall strips, at most tiled_tall_max_rows of them and tiled_tall_max_bytes of x, with dX only
-/// where both run in one launch, on at least tiled_tall_min_strips strips (tiled_tall_gb_min_strips
-/// without dX); without dX also at any M and size where the strips fill the GPU
+/// where both run in one launch, on at least tiled_tall_min_strips strips (tiled_tall_few_min_strips on
+/// at most tiled_tall_few_max_rows rows; tiled_tall_gb_min_strips without dX); without dX also at any M and size where the strips fill the GPU
 /// (tiled_tall_gb_full_grid_percent).
 bool tall_strips_auto(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   if (!p.mask.any_gamma_beta() || !tall_strips_on(p, t)) return false;
@@ -682,7 +682,12 @@ bool tall_strips_auto(const Problem& p, const DeviceFacts& device, const Planner
     return true;
   if (p.rows > t.tiled_tall_max_rows || p.rows * p.cols * std::int64_t(dtype_size(p.dtype)) > t.tiled_tall_max_bytes)
     return false;
-  if (strips < (p.mask.dx ? t.tiled_tall_min_strips : t.tiled_tall_gb_min_strips)) return false;
+  // with dX, fewer strips on few rows (PlannerTable::tiled_tall_few_max_rows)
+  const std::int64_t min_strips = !p.mask.dx ? t.tiled_tall_gb_min_strips
+                                  : p.rows <= t.tiled_tall_few_max_rows
+                                      ? std::min(t.tiled_tall_min_strips, t.tiled_tall_few_min_strips)
+                                      : t.tiled_tall_min_strips;
+  if (strips < min_strips) return false;
   if (!p.mask.dx) return true;
   Plan tiled;
   tiled.columns = tiled_shape(p, device, t);
@@ -853,8 +858,10 @@ PlannerTable h100_sxm_table() {
   // Full backwards take tall strips from 9 strips, not 16 (rows of 72-120 16-bit / 36-60 fp32 columns at
   // 256-2048 rows): 0.79-0.98x at 20 of 21 measured cells, RMSNorm 2048 x 96 bf16 1.02x (h100-tall-strips-
   // ab-93f84ea.md). 8 strips (64 16-bit / 32 fp32 columns) stay off: 0.80-0.94x at 512-1024 rows, but up
-  // to 1.17x at 1280-2048, where RMSNorm's fused short rows and two-pass win.
+  // to 1.17x at 1280-2048, where RMSNorm's fused short rows and two-pass win: 8 strips up to 1024 rows only.
   t.tiled_tall_min_strips = 9;
+  t.tiled_tall_few_min_strips = 8;
+  t.tiled_tall_few_max_rows = 1024;
   return t;
 }
 
@@ -1194,6 +1201,8 @@ const TableKey kTableKeys[] = {
     key<&Table::tiled_tall_max_bytes>("tiled_tall_max_bytes"),
     key<&Table::tiled_tall_min_strips>("tiled_tall_min_strips"),
     key<&Table::tiled_tall_gb_min_strips>("tiled_tall_gb_min_strips"),
+    key<&Table::tiled_tall_few_min_strips>("tiled_tall_few_min_strips"),
+    key<&Table::tiled_tall_few_max_rows>("tiled_tall_few_max_rows"),
     key<&Table::tiled_tall_gb_full_grid_percent>("tiled_tall_gb_full_grid_percent"),
     key<&Table::tiled_tall_gb_min_last_wave_percent>("tiled_tall_gb_min_last_wave_percent"),
     key<&Table::tiled_tall_short_wave_min_rows>("tiled_tall_short_wave_min_rows"),

@@ -2556,8 +2556,9 @@ TEST(PlannerTable, BuiltinTableOfTheDevice) {
   std::vector<std::string> changed;
   for (std::size_t i = 0; i < h100.size(); ++i)
     if (h100[i] != h200[i]) changed.push_back(h100[i]);
-  EXPECT_EQ(changed, (std::vector<std::string>{"tiled_tall_min_strips = 9", "rms_forward_packed_min_bytes = 4193280",
-                                               "fused_short_row_min_rows = 32768", "fused_cached_split_max = 16"}));
+  EXPECT_EQ(changed, (std::vector<std::string>{"tiled_tall_min_strips = 9", "tiled_tall_few_max_rows = 1024",
+                                               "rms_forward_packed_min_bytes = 4193280", "fused_short_row_min_rows = 32768",
+                                               "fused_cached_split_max = 16"}));
 }
 
 // Without ExecConfig::table (and without NORMKIT_PLANNER_TABLE, which CTest leaves unset here), a plan
@@ -2589,6 +2590,10 @@ TEST(PlannerTable, PlanTakesTheDevicesBuiltinTable) {
   const Problem few_strips = backward(1024, 96, DType::BF16, {true, true, true});
   EXPECT_EQ(plan(few_strips, h100).strategy, Strategy::Tiled);
   EXPECT_NE(plan(few_strips, h200).strategy, Strategy::Tiled);
+  // 8 strips (64 bf16 columns): tall strips on the H100 up to 1024 rows (tiled_tall_few_max_rows), not beyond
+  EXPECT_EQ(plan(backward(1024, 64, DType::BF16, {true, true, true}), h100).strategy, Strategy::Tiled);
+  EXPECT_NE(plan(backward(1025, 64, DType::BF16, {true, true, true}), h100).strategy, Strategy::Tiled);
+  EXPECT_NE(plan(backward(1024, 64, DType::BF16, {true, true, true}), h200).strategy, Strategy::Tiled);
   // a shape none of the H100's keys touch plans alike
   const Problem llm = backward(131072, 4096, DType::BF16, {true, true, true});
   EXPECT_EQ(plan(llm, h100).describe(), plan(llm, h200).describe());
