@@ -834,7 +834,8 @@ namespace {
 /// values were chosen by `normkit-bench --tune` on that H100 for bf16 and fp16 alike (bench/results/
 /// h100-tune-{bf16,f16}-4aa8155.md) and confirmed by auto under both tables on shapes whose plans they
 /// change, three alternating runs each (docs/NOTES.md entry 102, bench/results/h100-builtin-table-ab-04bfcad.md:
-/// H100, graph; auto under this table / under the H200's); the fourth (tall strips) by such A/Bs alone.
+/// H100, graph; auto under this table / under the H200's); the tall strips' two by such A/Bs alone
+/// (h100-tall-strips-ab-93f84ea.md, h100-tall-few-strips-ab-f98f5b2.md).
 /// The tune's other moves are left out: those that differed between its two dtypes (simple_max_rows,
 /// the LayerNorm short-row forward cuts; entry 92 found them moving on noise), the forward split's rows
 /// of 4 vectors a thread over clusters twice as large where this table keeps 8 (forward_split_wide_items_*:
@@ -857,8 +858,9 @@ PlannerTable h100_sxm_table() {
   t.rms_forward_packed_min_bytes = (std::int64_t(4) << 20) - 1024;
   // Full backwards take tall strips from 9 strips, not 16 (rows of 72-120 16-bit / 36-60 fp32 columns at
   // 256-2048 rows): 0.79-0.98x at 20 of 21 measured cells, RMSNorm 2048 x 96 bf16 1.02x (h100-tall-strips-
-  // ab-93f84ea.md). 8 strips (64 16-bit / 32 fp32 columns) stay off: 0.80-0.94x at 512-1024 rows, but up
-  // to 1.17x at 1280-2048, where RMSNorm's fused short rows and two-pass win: 8 strips up to 1024 rows only.
+  // ab-93f84ea.md). 8 strips (64 16-bit / 32 fp32 columns) only up to 1024 rows: 0.66-0.94x at 384-1024 rows
+  // (h100-tall-few-strips-ab-f98f5b2.md), but up to 1.17x at 1280-2048, where RMSNorm's fused short rows and
+  // two-pass win.
   t.tiled_tall_min_strips = 9;
   t.tiled_tall_few_min_strips = 8;
   t.tiled_tall_few_max_rows = 1024;

@@ -822,7 +822,8 @@ TEST(PlanInvariants, DefaultTableRandomProblems) {
 }
 
 // The H100 SXM's built-in table (2-item rows over clusters of 16, short rows fused later, RMSNorm's
-// packed forward from 4 MiB, tall strips with dX from 9 strips), on every device of the sweep like the H200's.
+// packed forward from 4 MiB, tall strips with dX from 9 strips, or 8 up to 1024 rows), on every device of the
+// sweep like the H200's.
 TEST(PlanInvariants, H100SxmTableRandomProblems) {
   Checker ck;
   Stats stats;
