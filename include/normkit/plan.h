@@ -468,7 +468,7 @@ struct PlannerTable {
   std::int64_t tiled_tall_gb_min_strips = 32;
   /// With dX, rows of at most tiled_tall_few_max_rows take tall strips from tiled_tall_few_min_strips strips
   /// (where that is fewer than tiled_tall_min_strips); 0 rows: never. H100 (docs/NOTES.md entry 102), 8 strips
-  /// (64 16-bit / 32 fp32 columns) against the plans they replace, full backward: 0.80-0.94x at 512-1024 rows,
+  /// (64 16-bit / 32 fp32 columns) against the plans they replace, full backward: 0.66-0.94x at 384-1024 rows,
   /// 0.92-1.17x at 1280-2048 (1024 in the H100 SXM's built-in table). Not measured on the H200: off there.
   std::int64_t tiled_tall_few_min_strips = 8;
   std::int64_t tiled_tall_few_max_rows = 0;

@@ -669,8 +669,8 @@ bool tall_strips_last_wave_short(const Problem& p, const DeviceFacts& device, co
 /// Whether auto takes tiled on tall strips (PlannerTable::tiled_tall_max_rows, _max_bytes): rows that
 /// take tall strips, at most tiled_tall_max_rows of them and tiled_tall_max_bytes of x, with dX only
 /// where both run in one launch, on at least tiled_tall_min_strips strips (tiled_tall_few_min_strips on
-/// at most tiled_tall_few_max_rows rows; tiled_tall_gb_min_strips without dX); without dX also at any M and size where the strips fill the GPU
-/// (tiled_tall_gb_full_grid_percent).
+/// at most tiled_tall_few_max_rows rows; tiled_tall_gb_min_strips without dX); without dX also at any M
+/// and size where the strips fill the GPU (tiled_tall_gb_full_grid_percent).
 bool tall_strips_auto(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   if (!p.mask.any_gamma_beta() || !tall_strips_on(p, t)) return false;
   const std::int64_t strips = ceil_div(ceil_div(p.cols, vector_width(p)), tall_strip_lanes(p, t));
