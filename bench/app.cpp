@@ -33,7 +33,8 @@ std::string planner_table_changes(const normkit::DeviceFacts& device) {
 
 std::string planner_table_note(const normkit::DeviceFacts& device) {
   const std::string source = normkit::planner_table_source(device);
-  if (source.rfind("built-in", 0) == 0) return source;
+  // a built-in table is the device's own: its name says everything (no file was loaded)
+  if (&normkit::default_planner_table(device) == &normkit::builtin_planner_table(device.builtin_table)) return source;
   const std::string changes = planner_table_changes(device);
   return source + " (" + (changes.empty() ? "the built-in values" : changes) + ")";
 }
