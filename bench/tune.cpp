@@ -356,6 +356,9 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
              const std::vector<std::int64_t>& tune_n, double max_cell_bytes) {
   const TimingMode mode = ctx.modes.back();  // graph when available
   const normkit::DeviceFacts facts = ctx.backend->planner_facts();
+  // The table the tune starts from and reports against: this device's (its built-in one, or
+  // NORMKIT_PLANNER_TABLE's file).
+  const normkit::PlannerTable& defaults = normkit::default_planner_table(facts);
   std::vector<Record> records;
   // Measurements of the tune, timed side by side (measure_variants): each failure noted, each recorded
   // under its label.
@@ -426,7 +429,7 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
     return used ? std::exp(sum / used) : kNaN;
   };
 
-  normkit::PlannerTable base = normkit::default_planner_table(facts);
+  normkit::PlannerTable base = defaults;
   base.fused_enabled = false;
   int missing = 0;
   const double default_score = score(base, &missing);
@@ -546,7 +549,7 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
   std::fprintf(stderr, "\n");
   const double fused_geo = fused_points ? std::exp(log_sum / fused_points) : kNaN;
   best_table.fused_enabled =
-      fused_points ? fused_geo < 1.0 : normkit::default_planner_table(facts).fused_enabled;
+      fused_points ? fused_geo < 1.0 : defaults.fused_enabled;
 
   // 3) The fused backward as one thread-block cluster (small full backwards, one launch) against the
   // best other plan -- tiled, two-pass, or fused reducing in a second launch -- on a grid of small
@@ -557,7 +560,7 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
     double cluster, other;
   };
   std::vector<ClusterPoint> cluster_points;
-  normkit::PlannerTable cluster_everywhere = normkit::default_planner_table(facts), no_cluster = cluster_everywhere;
+  normkit::PlannerTable cluster_everywhere = defaults, no_cluster = cluster_everywhere;
   cluster_everywhere.fused_cluster_max_elements = std::numeric_limits<std::int64_t>::max() / 2;
   cluster_everywhere.fused_cluster_max_cols = std::numeric_limits<std::int64_t>::max() / 2;
   no_cluster.fused_cluster_max_elements = 0;
@@ -761,8 +764,8 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
        << "\n\n" << split_table.markdown() << "\n";
   md << "Fused as one thread-block cluster (full backward, small shapes; " << cluster_points.size()
      << " points): against the best of tiled, two-pass and fused with a second launch. Default rule (M x N <= "
-     << normkit::default_planner_table(facts).fused_cluster_max_elements << ", N <= "
-     << normkit::default_planner_table(facts).fused_cluster_max_cols << ") score " << fmt(cluster_default_score, 4)
+     << defaults.fused_cluster_max_elements << ", N <= "
+     << defaults.fused_cluster_max_cols << ") score " << fmt(cluster_default_score, 4)
      << "; tuned rule (M x N <= " << best_table.fused_cluster_max_elements << ", N <= "
      << best_table.fused_cluster_max_cols << ") score " << fmt(cluster_best_score, 4)
      << (facts.max_cluster_blocks >= 2 ? "" : " (this device has no thread-block clusters: not measured)") << "\n\n";
@@ -771,14 +774,14 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
     const std::int64_t tuned = best_table.*w.min_bytes;
     md << w.title << " against the plan it replaces (" << w.points.size() << " shapes, x of 256 KiB - "
        << fmt_bytes(double(std::int64_t(1) << w.max_bytes_log)) << "): default rule (" << w.key_name << ", x >= "
-       << fmt_bytes(double(normkit::default_planner_table(facts).*w.min_bytes)) << ") score " << fmt(w.default_score, 4)
+       << fmt_bytes(double(defaults.*w.min_bytes)) << ") score " << fmt(w.default_score, 4)
        << "; tuned rule (x >= "
        << (tuned == std::numeric_limits<std::int64_t>::max() ? std::string("never") : fmt_bytes(double(tuned)))
        << ") score " << fmt(w.tuned_score, 4) << "\n\n";
     md << w.table.markdown() << "\n";
   }
   md << "Fused rows beyond a portable cluster, 2-item blocks against the wide layout (" << cached_split.points.size()
-     << " shapes, full backward): default table (" << CachedSplitTune::keys_of(normkit::default_planner_table(facts))
+     << " shapes, full backward): default table (" << CachedSplitTune::keys_of(defaults)
      << ") score " << fmt(cached_split.default_score, 4) << "; tuned table (" << CachedSplitTune::keys_of(best_table)
      << ") score " << fmt(cached_split.tuned_score, 4)
      << (facts.max_nonportable_cluster_blocks > normkit::kPortableClusterBlocks
@@ -787,13 +790,13 @@ int run_tune(Context& ctx, const Outputs& out, const std::string& path, DType dt
      << "\n\n" << cached_split.table.markdown() << "\n";
   md << "Forward rows split over a cluster beyond the portable layout, 8 vectors a thread against 4 ("
      << split_items.points.size() << " shapes): default table ("
-     << ForwardSplitItemsTune::keys_of(normkit::default_planner_table(facts)) << ") score " << fmt(split_items.default_score, 4)
+     << ForwardSplitItemsTune::keys_of(defaults) << ") score " << fmt(split_items.default_score, 4)
      << "; tuned table (" << ForwardSplitItemsTune::keys_of(best_table) << ") score " << fmt(split_items.tuned_score, 4)
      << (facts.max_cluster_blocks >= 2 ? "" : " (this device has no thread-block clusters: not measured)") << "\n\n"
      << split_items.table.markdown() << "\n";
   md << "Short rows, fused from a row count against the unfused plan (" << short_rows.points.size()
      << " shapes, gamma/beta alone and full backward): default table ("
-     << ShortRowFusedTune::keys_of(normkit::default_planner_table(facts)) << ") score " << fmt(short_rows.default_score, 4)
+     << ShortRowFusedTune::keys_of(defaults) << ") score " << fmt(short_rows.default_score, 4)
      << "; tuned table (" << ShortRowFusedTune::keys_of(best_table) << ") score " << fmt(short_rows.tuned_score, 4)
      << "\n\n" << short_rows.table.markdown() << "\n";
   md << "Wrote " << path << ":\n\n```\n" << normkit::format_planner_table(best_table) << "```\n";
