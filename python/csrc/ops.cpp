@@ -651,12 +651,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
              pybind11::arg("eps"),
              "y of torch.ops.normkit.rms_norm_forward, dispatched without the boxed call (eager use only)");
   module.def("_backward_strategy", &normkit_torch::backward_strategy, "This thread's forced backward strategy, or None");
-  module.def("_planner_table", [] {
-               try {
-                 return normkit::planner_table_source(query_device());
-               } catch (const normkit::Error& e) {  // a bad table file: RuntimeError, like the ops' errors
-                 throw std::runtime_error(e.what());
-               }
+  module.def("_planner_table",
+             [] {  // a bad table file: RuntimeError naming its line, like the ops' errors
+               return translate_errors([] { return normkit::planner_table_source(query_device()); });
              },
              "The planner table of the current device (normkit::planner_table_source)");
 }
