@@ -9,8 +9,9 @@ fused walk loop from 550 to 561 instructions and cost 1-5 % on the GPU).
 OBJECT.o: a CUDA object of the CMake build (e.g. build-prebuilt/CMakeFiles/normkit.dir/src/cuda/
 forward.cu.o). Every kernel whose mangled name contains NAME-SUBSTRING is reported (e.g.
 'forward_kernelI13__nv_bfloat16S3_Lb0ELb1ELi4ELi8E' = LayerNorm, staged, 4 x 8 elements per thread).
-The loop is the longest backward branch of the function; --containing OPCODE takes the longest one
-whose body holds that opcode instead (e.g. LDGSTS: a staged walk's loop, not a longer epilogue loop).
+The loop is the longest backward branch of the function whose body holds none of its EXITs (a cold
+block after the exits that branches back into the loop spans most of the function); --containing OPCODE
+takes the longest one whose body holds that opcode instead (e.g. LDGSTS: a staged walk's loop, not a longer epilogue loop).
 --elements divides its instruction count by the elements a thread handles per iteration. --base
 reports the same kernel's loop in BASE.o (e.g. an object built at the base commit) and the opcodes
 whose counts differ.
@@ -77,16 +78,21 @@ def opcodes(lines):
 
 def main_loop(lines, containing=None):
     """Lines of the longest backward branch's body (label to branch), optionally only among bodies
-    that hold the opcode `containing`; None when there is no such loop."""
+    that hold the opcode `containing`; None when there is no such loop. Bodies that hold the function's
+    EXIT or RET come last: ptxas puts cold blocks after the function's exits and branches from them back
+    into the loop, and such a branch spans most of the function (the fused backward's 564-instruction
+    walk read as 2423-2967 instructions in session 47's variants, docs/NOTES.md entry 104)."""
     labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"(\.L_x_\d+):", line.strip()))}
     loops = sorted(((i - labels[m.group(1)], labels[m.group(1)], i) for i, line in enumerate(lines)
                     if (m := re.search(r"BRA `\((\.L_x_\d+)\)", line)) and m.group(1) in labels
                     and labels[m.group(1)] < i), reverse=True)
-    for _, begin, end in loops:
-        body = lines[begin:end + 1]
-        if containing is None or opcodes(body)[containing] > 0:
+    candidates = [lines[begin:end + 1] for _, begin, end in loops]
+    candidates = [body for body in candidates if containing is None or opcodes(body)[containing] > 0]
+    for body in candidates:
+        ops = opcodes(body)
+        if ops["EXIT"] == 0 and ops["RET"] == 0:
             return body
-    return None
+    return candidates[0] if candidates else None
 
 
 def report(lines, containing, elements):

@@ -41,6 +41,34 @@ def test_the_longest_loop_or_the_longest_holding_an_opcode():
     assert sass_loop.report(lines, "SHFL", 0) == ("function 9 instructions, no loop holding SHFL", None)
 
 
+# The walk loop (.L_x_1) with a cold block placed after the function's EXIT that branches back into it:
+# that backward branch spans the whole function and must not be read as the loop.
+COLD_BLOCK = """
+\t.section\t.text._Z11walk_kernelv,"ax",@progbits
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+.L_x_1:
+        /*0010*/               @!P0 LDGSTS.E.BYPASS.128 [R2], desc[UR4][R4.64] ;
+.L_x_3:
+        /*0020*/                   FADD R5, R5, R6 ;
+        /*0030*/               @P3 BRA `(.L_x_4) ;
+        /*0040*/               @P1 BRA `(.L_x_1) ;
+        /*0050*/                   EXIT ;
+.L_x_4:
+        /*0060*/                   LDGSTS.E.BYPASS.128 [R2], desc[UR4][R4.64] ;
+        /*0070*/                   MOV R6, RZ ;
+        /*0080*/                   BRA `(.L_x_3) ;
+"""
+
+
+def test_a_cold_block_branching_back_is_not_the_loop():
+    (_, lines), = list(sass_loop.functions(COLD_BLOCK))
+    walk = sass_loop.opcodes(sass_loop.main_loop(lines, "LDGSTS"))
+    assert walk == {"LDGSTS": 1, "FADD": 1, "BRA": 2}
+    # only bodies holding an EXIT: the longest of them, as before
+    only_exit = [line for line in lines if "@P1 BRA" not in line]
+    assert sass_loop.opcodes(sass_loop.main_loop(only_exit, "LDGSTS"))["EXIT"] == 1
+
+
 def test_names_match_across_builds_without_the_anonymous_namespace_hash():
     name, _ = only_function()
     other_build = name.replace("240c7c54_173542", "0c44e091_125222")
