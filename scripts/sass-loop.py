@@ -7,11 +7,13 @@ fused walk loop from 550 to 561 instructions and cost 1-5 % on the GPU).
   scripts/sass-loop.py OBJECT.o NAME-SUBSTRING [--elements N] [--containing OPCODE] [--base BASE.o]
 
 OBJECT.o: a CUDA object of the CMake build (e.g. build-prebuilt/CMakeFiles/normkit.dir/src/cuda/
-forward.cu.o), or a linked binary holding the kernels (normkit-bench, stripped or not, e.g. a prebuilt's). Every kernel whose mangled name contains NAME-SUBSTRING is reported (e.g.
+forward.cu.o), or a linked binary holding the kernels (normkit-bench, stripped or not: a prebuilt's).
+Every kernel whose mangled name contains NAME-SUBSTRING is reported (e.g.
 'forward_kernelI13__nv_bfloat16S3_Lb0ELb1ELi4ELi8E' = LayerNorm, staged, 4 x 8 elements per thread).
 The loop is the longest backward branch of the function whose body holds none of its EXITs (a cold
-block after the exits that branches back into the loop spans most of the function); --containing OPCODE
-takes the longest one whose body holds that opcode instead (e.g. LDGSTS: a staged walk's loop, not a longer epilogue loop).
+block after the exits that branches back into the loop spans most of the function); --containing
+OPCODE takes the longest one whose body holds that opcode instead (e.g. LDGSTS: a staged walk's loop,
+not a longer epilogue loop).
 --elements divides its instruction count by the elements a thread handles per iteration. --base
 reports the same kernel's loop in BASE.o (e.g. an object built at the base commit) and the opcodes
 whose counts differ.
