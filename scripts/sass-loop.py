@@ -88,13 +88,16 @@ def main_loop(lines, containing=None):
     loops = sorted(((i - labels[m.group(1)], labels[m.group(1)], i) for i, line in enumerate(lines)
                     if (m := re.search(r"BRA `\((\.L_x_\d+)\)", line)) and m.group(1) in labels
                     and labels[m.group(1)] < i), reverse=True)
-    candidates = [lines[begin:end + 1] for _, begin, end in loops]
-    candidates = [body for body in candidates if containing is None or opcodes(body)[containing] > 0]
-    for body in candidates:
+    longest_with_exit = None
+    for _, begin, end in loops:
+        body = lines[begin:end + 1]
         ops = opcodes(body)
+        if containing is not None and ops[containing] == 0:
+            continue
         if ops["EXIT"] == 0 and ops["RET"] == 0:
             return body
-    return candidates[0] if candidates else None
+        longest_with_exit = longest_with_exit or body
+    return longest_with_exit
 
 
 def report(lines, containing, elements):
