@@ -817,6 +817,15 @@ std::string format_planner_table(const PlannerTable& table);
 
 /// Largest register-cached items per thread (template instances exist for 1, 2, 4).
 constexpr int kMaxRowItems = 4;
+/// Rows that are not 16-byte vectorised (vec 1: odd N, unaligned rows) are cached an element a slot,
+/// a quarter or less of a 16-byte vector's registers: the forward and dX kernels have scalar instances
+/// of 8 and 16 elements a thread too (kMaxScalarRowItems), in groups of at most kScalarRowMaxThreads
+/// threads, so rows of up to 8192 columns are read once instead of streamed twice
+/// (docs/NOTES.md entry 105).
+constexpr int kMaxScalarRowItems = 16;
+constexpr int kScalarRowMaxThreads = 512;
+/// Whether a row layout of `items` slots of `vec` elements is one of the wide scalar instances.
+constexpr bool scalar_wide_row_items(int items, int vec) { return vec == 1 && items > kMaxRowItems; }
 /// RMSNorm forward's packed walk (RowShape::packed): blocks of at most kPackedRowMaxThreads threads, of
 /// which the kernel's __launch_bounds__ keep kPackedRowMinBlocks resident per SM, i.e. at most 40
 /// registers a thread (65536 / (512 x 3), rounded down to the allocation granule of 8): 48 warps an
@@ -914,6 +923,12 @@ constexpr bool forward_split_wide_items_built(bool rms, int element_bytes) { ret
 /// caching more items per thread must therefore be smaller.
 /// The kernels' __launch_bounds__ use this; ptxas -v shows which instances still spill.
 constexpr int max_row_threads(int items) { return items >= 8 ? 128 : items >= 4 ? 256 : items >= 2 ? 512 : 1024; }
+/// The same for a layout of `vec` elements a slot: the wide scalar instances (scalar_wide_row_items)
+/// hold 8 or 16 elements, 8-16 registers a tensor, within 128 registers a thread in blocks of
+/// kScalarRowMaxThreads.
+constexpr int max_row_threads(int items, int vec) {
+  return scalar_wide_row_items(items, vec) ? kScalarRowMaxThreads : max_row_threads(items);
+}
 /// A lane keeps a weight (or bias) array in registers for the whole row walk when its slots take at
 /// most this many bytes (16 registers); larger fragments re-read it per row (16-byte L1 hits). Part
 /// of the kernels' register budget, like max_row_threads.
@@ -930,9 +945,11 @@ constexpr int row_min_blocks_per_sm(int threads) { return threads >= 512 ? 1 : 5
 constexpr int kStreamMinBlocksPerSm = 2;
 /// __launch_bounds__ of a row kernel that caches `items` vectors per thread (0 = streamed rows):
 /// its largest block, and the blocks per SM the compiler must leave registers for.
-constexpr int row_kernel_max_threads(int items) { return items == 0 ? kStreamRowThreads : max_row_threads(items); }
-constexpr int row_kernel_min_blocks(int items) {
-  return items == 0 ? kStreamMinBlocksPerSm : row_min_blocks_per_sm(max_row_threads(items));
+constexpr int row_kernel_max_threads(int items, int vec) {
+  return items == 0 ? kStreamRowThreads : max_row_threads(items, vec);
+}
+constexpr int row_kernel_min_blocks(int items, int vec) {
+  return items == 0 ? kStreamMinBlocksPerSm : row_min_blocks_per_sm(max_row_threads(items, vec));
 }
 /// The fused backward keeps dgamma/dbeta accumulators in registers next to the cached row: at most
 /// kMaxFusedItems vectors per thread, in blocks of kFusedBlockThreads threads, one block per SM

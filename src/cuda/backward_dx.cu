@@ -10,15 +10,15 @@ namespace {
 /// Launch bounds of a dX instance: split rows run in blocks of kSplitBlockThreads (two an SM) or, for
 /// the longest rows, kWideSplitBlockThreads (one an SM): bounds of the larger block keep the same 128
 /// registers a thread that two of the smaller ones have (the instances compile as before).
-template <bool kSplit, int ITEMS>
-constexpr int dx_kernel_max_threads() { return kSplit ? kWideSplitBlockThreads : row_kernel_max_threads(ITEMS); }
-template <bool kSplit, int ITEMS>
-constexpr int dx_kernel_min_blocks() { return kSplit ? 1 : row_kernel_min_blocks(ITEMS); }
-static_assert(kWideSplitBlockThreads * 1 == kSplitBlockThreads * row_kernel_min_blocks(kSplitItems),
+template <bool kSplit, int ITEMS, int VEC>
+constexpr int dx_kernel_max_threads() { return kSplit ? kWideSplitBlockThreads : row_kernel_max_threads(ITEMS, VEC); }
+template <bool kSplit, int ITEMS, int VEC>
+constexpr int dx_kernel_min_blocks() { return kSplit ? 1 : row_kernel_min_blocks(ITEMS, VEC); }
+static_assert(kWideSplitBlockThreads * 1 == kSplitBlockThreads * row_kernel_min_blocks(kSplitItems, /*vec: 16-bit, 16 bytes*/ 8),
               "the wide split block keeps the split instances' register budget");
 
 template <typename T, typename W, bool kRms, bool kStaged, bool kSplit, int ITEMS, int VEC>
-__global__ void __launch_bounds__(dx_kernel_max_threads<kSplit, ITEMS>(), dx_kernel_min_blocks<kSplit, ITEMS>())
+__global__ void __launch_bounds__(dx_kernel_max_threads<kSplit, ITEMS, VEC>(), dx_kernel_min_blocks<kSplit, ITEMS, VEC>())
     backward_dx_kernel(const BackwardParams<T, W> p) {
   __shared__ float scratch_buffers[GroupScratch::kFloats];
   GroupScratch scratch(scratch_buffers);
@@ -111,7 +111,7 @@ void launch_backward_dx(const BackwardProblem& p, const Plan& plan, cudaStream_t
   const BackwardParams<T, W> params = make_backward_params<T, W>(p, plan);
   const dim3 grid(unsigned(plan.row.blocks)), block(unsigned(plan.row.block_threads()));
   const std::size_t smem = std::size_t(plan.row.smem_bytes);
-  dispatch_row_shape<T, kMaxRowItems, true, kSplitItems, 0>(plan.row, [&](auto items, auto vec, auto staged, auto split) {
+  dispatch_row_shape<T, kMaxRowItems, true, kSplitItems, 0, kMaxScalarRowItems>(plan.row, [&](auto items, auto vec, auto staged, auto split) {
     void (*kernel)(BackwardParams<T, W>) = p.rms ? backward_dx_kernel<T, W, true, staged(), split(), items(), vec()>
                                                  : backward_dx_kernel<T, W, false, staged(), split(), items(), vec()>;
     allow_dynamic_smem(kernel, plan.row.smem_bytes, "backward_dx_kernel shared memory");

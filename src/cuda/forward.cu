@@ -103,7 +103,7 @@ struct StagedForwardRows {
 };
 
 template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
-__global__ void __launch_bounds__(row_kernel_max_threads(ITEMS), row_kernel_min_blocks(ITEMS)) forward_kernel(const ForwardParams<T, W> p) {
+__global__ void __launch_bounds__(row_kernel_max_threads(ITEMS, VEC), row_kernel_min_blocks(ITEMS, VEC)) forward_kernel(const ForwardParams<T, W> p) {
   __shared__ float scratch_buffers[GroupScratch::kFloats];
   GroupScratch scratch(scratch_buffers);
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);
@@ -687,8 +687,8 @@ void launch_forward(const ForwardProblem& p, const Plan& plan, cudaStream_t stre
     check_launch("forward_short_rows_kernel");
     return;
   }
-  dispatch_row_shape<T, kMaxRowItems, true, kSplitItems, kWideForwardSplitItems>(plan.row, [&](auto items, auto vec, auto staged, auto split) {
-    if constexpr (items() > 0 && !staged() && !split()) {
+  dispatch_row_shape<T, kMaxRowItems, true, kSplitItems, kWideForwardSplitItems, kMaxScalarRowItems>(plan.row, [&](auto items, auto vec, auto staged, auto split) {
+    if constexpr (items() > 0 && items() <= kMaxRowItems && !staged() && !split()) {
       if (plan.row.packed && p.rms) {
         rms_forward_packed_kernel<T, W, items(), vec()><<<grid, block, 0, stream>>>(params);
         return;

@@ -696,14 +696,17 @@ using IntConst = std::integral_constant<int, V>;
 /// cached rows of 16-byte vectors, and split ones for kSplitInstanceItems items of 16-byte vectors
 /// only (0: the kernel has no split instances; the planner's split rules, split_rows and fused_split
 /// in planner.cpp, use exactly these items) -- and for kWideSplitItems (0: none), which may exceed
-/// kMaxItems: such items have split instances only.
+/// kMaxItems: such items have split instances only. Scalar rows (vec 1) have unsplit instances up to
+/// kMaxScalarItems (8 and 16 where it exceeds kMaxItems: the wide scalar instances, kMaxScalarRowItems).
 template <bool V>
 using BoolConst = std::integral_constant<bool, V>;
 
-template <typename T, int kMaxItems, bool kStreaming, int kSplitInstanceItems, int kWideSplitItems, typename F>
+template <typename T, int kMaxItems, bool kStreaming, int kSplitInstanceItems, int kWideSplitItems,
+          int kMaxScalarItems = kMaxItems, typename F>
 void dispatch_row_shape(const RowShape& shape, F&& f) {
   constexpr int kVec = int(16 / sizeof(T));
   auto call = [&](auto items, auto vec) {
+    constexpr int kMaxUnsplitItems = vec() == 1 ? kMaxScalarItems : kMaxItems;
     if constexpr (items() > 0 && vec() > 1) {
       constexpr bool kSplitInstance =
           (kSplitInstanceItems > 0 && items() == kSplitInstanceItems) || (kWideSplitItems > 0 && items() == kWideSplitItems);
@@ -725,7 +728,7 @@ void dispatch_row_shape(const RowShape& shape, F&& f) {
         return;
       }
     }
-    if constexpr (items() > kMaxItems) {
+    if constexpr (items() > kMaxUnsplitItems) {
       throw CudaError("normkit: internal error: items = " + std::to_string(shape.items) +
                       " has split kernel instances only (vec = " + std::to_string(shape.vec) + ", split = " +
                       std::to_string(shape.split) + ")");
@@ -741,7 +744,8 @@ void dispatch_row_shape(const RowShape& shape, F&& f) {
       case 1: call(IntConst<1>{}, vec); return;
       case 2: call(IntConst<2>{}, vec); return;
       case 4: if constexpr (kMaxItems >= 4 || kWideSplitItems == 4) { call(IntConst<4>{}, vec); return; } break;
-      case 8: if constexpr (kMaxItems >= 8 || kWideSplitItems == 8) { call(IntConst<8>{}, vec); return; } break;
+      case 8: if constexpr (kMaxItems >= 8 || kWideSplitItems == 8 || (vec() == 1 && kMaxScalarItems >= 8)) { call(IntConst<8>{}, vec); return; } break;
+      case 16: if constexpr (vec() == 1 && kMaxScalarItems >= 16) { call(IntConst<16>{}, vec); return; } break;
       case 0: if constexpr (kStreaming) { call(IntConst<0>{}, vec); return; } break;
       default: break;
     }

@@ -27,12 +27,14 @@ int next_pow2(std::int64_t v) {
   return p;
 }
 
-/// Template instances exist for items in {1, 2, 4, 8} (up to kMaxRowItems): round up to one of them.
+/// Template instances exist for items in {1, 2, 4, 8} (up to kMaxRowItems; 16 for the wide scalar
+/// rows, kMaxScalarRowItems): round up to one of them.
 int round_items(std::int64_t items) {
   if (items <= 1) return 1;
   if (items <= 2) return 2;
   if (items <= 4) return 4;
-  return 8;
+  if (items <= 8) return 8;
+  return 16;
 }
 
 int vector_width(const Problem& p) {
@@ -52,7 +54,7 @@ RowShape row_shape(const Problem& p, const DeviceFacts& device, const PlannerTab
   int group = std::min(next_pow2(ceil_div(vectors, std::max(1, items_target))), max_threads_per_row);
   for (;;) {
     const int items = round_items(ceil_div(vectors, group));
-    if (ceil_div(vectors, group) <= max_items && group <= max_row_threads(items)) {
+    if (ceil_div(vectors, group) <= max_items && group <= max_row_threads(items, s.vec)) {
       s.items = items;
       break;
     }
@@ -96,22 +98,49 @@ bool short_vector_rows(const Problem& p, const PlannerTable& t) {
   return vector_width(p) > 1 && row_vectors(p) <= t.short_row_max_vectors;
 }
 
+/// Rows that are not 16-byte vectorised and longer than the 1-4 element instances cache (1024
+/// columns), cached by the wide scalar instances (kMaxScalarRowItems) instead of streamed twice: the
+/// smallest power-of-two group of at most kScalarRowMaxThreads threads that holds the row in 8 slots a
+/// thread, else 16, as many rows a block as `block_threads` holds. False (s left alone) for rows
+/// longer than that (8192 columns) or a device with smaller blocks.
+bool scalar_wide_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t,
+                      int block_threads) {
+  if (vector_width(p) != 1) return false;
+  constexpr int kFewerItems = kMaxScalarRowItems / 2;  // the other wide scalar instance (8 elements)
+  const int max_group = std::min(device.max_threads_per_block, kScalarRowMaxThreads);
+  const int group = std::min(next_pow2(ceil_div(p.cols, std::int64_t(kFewerItems))), max_group);
+  const std::int64_t per_thread = ceil_div(p.cols, std::int64_t(group));
+  if (per_thread > kMaxScalarRowItems || group < kWarpSize) return false;
+  RowShape out;
+  out.vec = 1;
+  out.items = std::max(kFewerItems, round_items(per_thread));  // (a row of 1024 columns or fewer: 1-4 fit)
+  out.threads_per_row = group;
+  out.rows_per_block = std::max(1, std::min(block_threads, kScalarRowMaxThreads) / group);
+  const std::int64_t needed = ceil_div(std::max<std::int64_t>(p.rows, 1), out.rows_per_block);
+  out.blocks = std::min({needed, std::int64_t(device.sm_count) * t.row_blocks_per_sm, kMaxGridBlocks});
+  s = out;
+  return true;
+}
+
 /// Layout of the unsplit forward / dX row kernels (PlannerTable: row_items_target, row_block_threads;
 /// then the small-grid, short-row and one-item rules, each measured, see the table's comments). The
 /// small-grid rule is about the grid, whatever the rows; the row-length rules only take vectorised
 /// rows, where they were measured.
 RowShape row_kernel_shape(const Problem& p, const DeviceFacts& device, const PlannerTable& t) {
   const int max_threads = device.max_threads_per_block;
-  // The kernels' launch bounds hold row_kernel_max_threads(items) threads a block: a table's block
+  // The kernels' launch bounds hold row_kernel_max_threads(items, vec) threads a block: a table's block
   // threads (row_block_threads, small_grid_block_threads: any power of two up to 1024) give way to
   // them: a block of 512 threads with 4 vectors each would not launch (random tables, PlanInvariants).
   const auto shape = [&](int block_threads, int items_target) {
     const RowShape r = row_shape(p, device, t, kMaxRowItems, max_threads, block_threads, items_target);
-    const int bound = row_kernel_max_threads(r.items);
+    const int bound = row_kernel_max_threads(r.items, r.vec);
     return r.block_threads() <= bound ? r : row_shape(p, device, t, kMaxRowItems, max_threads, bound, items_target);
   };
   RowShape s = shape(t.row_block_threads, t.row_items_target);
-  if (s.items == 0) return s;  // streamed rows keep their layout
+  if (s.items == 0) {  // too long for 1-4 slots: scalar rows of up to 8192 columns take 8 or 16
+    scalar_wide_rows(s, p, device, t, t.row_block_threads);
+    return s;  // the others are streamed
+  }
   if (s.blocks < (is_backward(p.op) ? t.small_grid_blocks : t.forward_small_grid_blocks))
     return shape(t.small_grid_block_threads, t.small_grid_items_target);
   if (is_backward(p.op)) return s;
@@ -216,9 +245,9 @@ bool forward_short_rows(RowShape& s, const Problem& p, const PlannerTable& t) {
 }
 
 /// Blocks of a row kernel resident per SM as its __launch_bounds__ guarantee them (the register
-/// budget of row_kernel_max_threads(items) threads, row_kernel_min_blocks of them).
+/// budget of row_kernel_max_threads(items, vec) threads, row_kernel_min_blocks of them).
 int guaranteed_row_blocks_per_sm(const RowShape& s) {
-  return std::max(1, row_kernel_max_threads(s.items) * row_kernel_min_blocks(s.items) / s.block_threads());
+  return std::max(1, row_kernel_max_threads(s.items, s.vec) * row_kernel_min_blocks(s.items, s.vec) / s.block_threads());
 }
 
 /// Shared-memory staging of a row-cached kernel (RowShape::stages): `tensors` rows (x; or x and dy)
@@ -618,7 +647,7 @@ void one_launch_shape(Plan& out, const Problem& p, const DeviceFacts& device, co
     return;
   const RowShape rows = row_shape(p, device, t, kOneLaunchMaxItems, threads, threads,
                                   tall ? t.tiled_tall_one_launch_items_target : t.one_launch_items_target);
-  if (rows.items == 0 || rows.threads_per_row * rows.rows_per_block != threads || threads > max_row_threads(rows.items))
+  if (rows.items == 0 || rows.threads_per_row * rows.rows_per_block != threads || threads > max_row_threads(rows.items, rows.vec))
     return;
   out.row = rows;
   out.one_launch = true;

@@ -261,10 +261,10 @@ void check_row_kernel(Context& c, RowKernel kernel) {
   // __launch_bounds__ of each kernel: a launch with more threads than its bound fails.
   std::int64_t bound = 0;
   switch (kernel) {
-    case RowKernel::Forward: bound = row_kernel_max_threads(r.items); break;       // forward_kernel
+    case RowKernel::Forward: bound = row_kernel_max_threads(r.items, r.vec); break;  // forward_kernel
     case RowKernel::ForwardPacked: bound = kPackedRowMaxThreads; break;            // rms_forward_packed_kernel
     case RowKernel::ForwardSplit: bound = kWideSplitBlockThreads; break;           // forward_split_kernel
-    case RowKernel::Dx: bound = split ? kWideSplitBlockThreads : row_kernel_max_threads(r.items); break;  // dx_kernel_max_threads
+    case RowKernel::Dx: bound = split ? kWideSplitBlockThreads : row_kernel_max_threads(r.items, r.vec); break;  // dx_kernel_max_threads
     case RowKernel::Fused: bound = kFusedBlockThreads; break;                      // fused_backward_kernel
     case RowKernel::DxAndTiled: bound = kOneLaunchMaxThreads; break;               // dx_and_tiled_kernel
   }
@@ -274,13 +274,14 @@ void check_row_kernel(Context& c, RowKernel kernel) {
   // "internal error: no kernel instance" at launch.
   bool items_ok = false;
   const int it = r.items;
+  const bool scalar_wide = r.vec == 1 && (it == 8 || it == 16);  // kMaxScalarRowItems instances (unsplit, unstaged)
   switch (kernel) {
-    case RowKernel::Forward: items_ok = it == 0 || it == 1 || it == 2 || it == 4; break;
+    case RowKernel::Forward: items_ok = it == 0 || it == 1 || it == 2 || it == 4 || scalar_wide; break;
     case RowKernel::ForwardPacked: items_ok = it == 1 || it == 2 || it == 4; break;
     case RowKernel::ForwardSplit:
       items_ok = it == kSplitItems || (it == kWideForwardSplitItems && forward_split_wide_items_built(c.rms, c.elem));
       break;
-    case RowKernel::Dx: items_ok = split ? it == kSplitItems : (it == 0 || it == 1 || it == 2 || it == 4); break;
+    case RowKernel::Dx: items_ok = split ? it == kSplitItems : (it == 0 || it == 1 || it == 2 || it == 4 || scalar_wide); break;
     case RowKernel::Fused: items_ok = split ? (it == kMaxFusedItems || it == kFusedWideItems) : (it == 1 || it == 2); break;
     case RowKernel::DxAndTiled: items_ok = it == 1 || it == 2; break;
   }

@@ -1148,7 +1148,7 @@ TEST(Planner, RowShapesCoverTheRowWithinTheRegisterBudget) {
             EXPECT_LE(r.block_threads(), kBlockRowMaxThreads) << where;
             EXPECT_LE(r.items, kBlockRowMaxItems) << where;
           } else {
-            EXPECT_LE(r.block_threads(), max_row_threads(r.items)) << where;
+            EXPECT_LE(r.block_threads(), max_row_threads(r.items, r.vec)) << where;
           }
         }
         if (r.split > 1) {  // the slices cover the row, every block has columns
@@ -1858,6 +1858,58 @@ TEST(Planner, UnalignedRowsUseTheScalarPath) {
   EXPECT_EQ(normkit::plan(p, DeviceFacts::h200()).row.vec, 1);
   p.rows_vector_aligned = true;
   EXPECT_EQ(normkit::plan(p, DeviceFacts::h200()).row.vec, 8);
+}
+
+// Scalar rows longer than the 1-4 element instances hold (1024 columns) are cached by the wide scalar
+// instances, 8 or 16 elements a thread in a group of at most kScalarRowMaxThreads, up to 8192 columns
+// (docs/NOTES.md entry 105); longer ones are streamed. The forward and the unfused dX alike.
+TEST(Planner, UnalignedRowsUpTo8192ColumnsAreCachedEightOrSixteenElementsAThread) {
+  const DeviceFacts h200 = DeviceFacts::h200();
+  const struct { std::int64_t n; int group, items; } expected[] = {
+      {1000, 0, 4},   {1024, 0, 4},    {1025, 256, 8},  {2048, 256, 8},  {2049, 512, 8},
+      {4096, 512, 8}, {4097, 512, 16}, {8191, 512, 16}, {8192, 512, 16}, {8193, kStreamRowThreads, 0}};
+  for (const auto& e : expected) {
+    for (Op op : {Op::LayerNormForward, Op::RmsNormForward, Op::LayerNormBackward, Op::RmsNormBackward}) {
+      for (DType t : {DType::BF16, DType::F32}) {
+        Problem p = backward(16384, e.n, t, {true, true, true});
+        p.op = op;
+        p.rows_vector_aligned = false;
+        const Plan plan = normkit::plan(p, h200, is_backward(op) ? Strategy::Tiled : Strategy::Auto);
+        const std::string where = std::string(op_name(op)) + " " + dtype_name(t) + " N = " + std::to_string(e.n) +
+                                  ": " + plan.describe();
+        EXPECT_EQ(plan.row.vec, 1) << where;
+        if (e.group == 0) {  // the 1-4 element instances' rules (the packed RMSNorm forward's among them)
+          EXPECT_GE(plan.row.items, 1) << where;
+          EXPECT_LE(plan.row.items, e.items) << where;
+          continue;
+        }
+        EXPECT_EQ(plan.row.items, e.items) << where;
+        EXPECT_EQ(plan.row.threads_per_row, e.group) << where;
+        EXPECT_EQ(plan.row.split, 1) << where;
+        EXPECT_EQ(plan.row.stages, 0) << where;
+        EXPECT_LE(plan.row.block_threads(), row_kernel_max_threads(plan.row.items, plan.row.vec)) << where;
+        if (plan.row.items > 0) {
+          EXPECT_GE(std::int64_t(plan.row.items) * plan.row.threads_per_row, e.n) << where;
+          // the smallest group of 8 elements a thread, else 16 in the largest group
+          EXPECT_LT(std::int64_t(plan.row.threads_per_row / 2) * 8, e.n) << where;
+          if (plan.row.items == 16) EXPECT_EQ(plan.row.threads_per_row, kScalarRowMaxThreads) << where;
+        }
+      }
+    }
+  }
+  // the wide scalar instances' launch bounds: kScalarRowMaxThreads threads, one block an SM
+  EXPECT_EQ(row_kernel_max_threads(8, 1), kScalarRowMaxThreads);
+  EXPECT_EQ(row_kernel_max_threads(16, 1), kScalarRowMaxThreads);
+  EXPECT_EQ(row_kernel_min_blocks(16, 1), 1);
+  // vectorised 8-item layouts keep their bound (the fused wide split blocks' budget)
+  EXPECT_EQ(max_row_threads(8, 8), max_row_threads(8));
+  // a device of smaller blocks streams what it cannot cache
+  DeviceFacts small_blocks = h200;
+  small_blocks.max_threads_per_block = 256;
+  Problem p = backward(16384, 4097, DType::BF16, {true, true, true});
+  p.rows_vector_aligned = false;
+  EXPECT_EQ(normkit::plan(p, small_blocks, Strategy::Tiled).row.items, 0);
+  EXPECT_EQ(normkit::plan(backward(16384, 4096, DType::BF16), small_blocks, Strategy::Tiled).row.vec, 8);
 }
 
 TEST(Planner, ForwardRejectsAForcedStrategy) {
