@@ -311,7 +311,8 @@ normkit::Problem Setup::problem(OpKind op) const {
   p.dtype = dtype_;
   p.weight_dtype = wdtype_;
   p.mask = op_mask(op);
-  p.rows_vector_aligned = true;
+  // the buffers are separate allocations (aligned) of contiguous rows: 16-byte rows where N allows
+  p.rows_vector_aligned = cols_ * std::int64_t(normkit::dtype_size(dtype_)) % 16 == 0;
   return p;
 }
 
@@ -322,10 +323,12 @@ normkit::Plan Setup::plan(OpKind op, Strategy strategy, const normkit::PlannerTa
     case OpKind::LnGb: return normkit::plan_layer_norm_backward(ln_bwd_args(0, op == OpKind::LnBwd), cfg);
     case OpKind::RmsBwd:
     case OpKind::RmsGb: return normkit::plan_rms_norm_backward(rms_bwd_args(0, op == OpKind::RmsBwd), cfg);
-    default:
-      return normkit::plan(problem(op), backend_.planner_facts(), Strategy::Auto,
-                           cfg.table != nullptr ? *cfg.table : normkit::default_planner_table(backend_.planner_facts()));
+    // the forward plans from its arguments too (before session 48 from problem(), which called every row
+    // 16-byte aligned: odd-N forward rows were reported as vectorised plans)
+    case OpKind::LnFwd: return normkit::plan_layer_norm_forward(ln_fwd_args(0), cfg);
+    case OpKind::RmsFwd: return normkit::plan_rms_norm_forward(rms_fwd_args(0), cfg);
   }
+  throw std::logic_error("Setup::plan: unknown op");
 }
 
 normkit::Plan Setup::plan_with_table(OpKind op, Strategy strategy, const normkit::PlannerTable& table) const {

@@ -819,10 +819,11 @@ std::string format_planner_table(const PlannerTable& table);
 constexpr int kMaxRowItems = 4;
 /// Rows that are not 16-byte vectorised (vec 1: odd N, unaligned rows) are cached an element a slot,
 /// a quarter or less of a 16-byte vector's registers: the forward and dX kernels have scalar instances
-/// of 8 and 16 elements a thread too (kMaxScalarRowItems), in groups of at most kScalarRowMaxThreads
-/// threads, so rows of up to 8192 columns are read once instead of streamed twice
-/// (docs/NOTES.md entry 105).
-constexpr int kMaxScalarRowItems = 16;
+/// of 8 elements a thread too (kMaxScalarRowItems), in groups of at most kScalarRowMaxThreads threads,
+/// so rows of up to 4096 columns are read once instead of streamed twice. 16 elements a thread (rows
+/// of up to 8192) took 92-124 registers, one 512-thread block an SM, and lost to the streamed walk at
+/// 4097 columns (docs/NOTES.md entry 105).
+constexpr int kMaxScalarRowItems = 8;
 constexpr int kScalarRowMaxThreads = 512;
 /// Whether a row layout of `items` slots of `vec` elements is one of the wide scalar instances.
 constexpr bool scalar_wide_row_items(int items, int vec) { return vec == 1 && items > kMaxRowItems; }
@@ -924,7 +925,7 @@ constexpr bool forward_split_wide_items_built(bool rms, int element_bytes) { ret
 /// The kernels' __launch_bounds__ use this; ptxas -v shows which instances still spill.
 constexpr int max_row_threads(int items) { return items >= 8 ? 128 : items >= 4 ? 256 : items >= 2 ? 512 : 1024; }
 /// The same for a layout of `vec` elements a slot: the wide scalar instances (scalar_wide_row_items)
-/// hold 8 or 16 elements, 8-16 registers a tensor, within 128 registers a thread in blocks of
+/// hold 8 elements, 8 registers a tensor (ptxas: 56-64 registers a thread), in blocks of up to
 /// kScalarRowMaxThreads.
 constexpr int max_row_threads(int items, int vec) {
   return scalar_wide_row_items(items, vec) ? kScalarRowMaxThreads : max_row_threads(items);

@@ -697,7 +697,7 @@ using IntConst = std::integral_constant<int, V>;
 /// only (0: the kernel has no split instances; the planner's split rules, split_rows and fused_split
 /// in planner.cpp, use exactly these items) -- and for kWideSplitItems (0: none), which may exceed
 /// kMaxItems: such items have split instances only. Scalar rows (vec 1) have unsplit instances up to
-/// kMaxScalarItems (8 and 16 where it exceeds kMaxItems: the wide scalar instances, kMaxScalarRowItems).
+/// kMaxScalarItems (8 where it exceeds kMaxItems: the wide scalar instances, kMaxScalarRowItems).
 template <bool V>
 using BoolConst = std::integral_constant<bool, V>;
 
@@ -745,7 +745,6 @@ void dispatch_row_shape(const RowShape& shape, F&& f) {
       case 2: call(IntConst<2>{}, vec); return;
       case 4: if constexpr (kMaxItems >= 4 || kWideSplitItems == 4) { call(IntConst<4>{}, vec); return; } break;
       case 8: if constexpr (kMaxItems >= 8 || kWideSplitItems == 8 || (vec() == 1 && kMaxScalarItems >= 8)) { call(IntConst<8>{}, vec); return; } break;
-      case 16: if constexpr (vec() == 1 && kMaxScalarItems >= 16) { call(IntConst<16>{}, vec); return; } break;
       case 0: if constexpr (kStreaming) { call(IntConst<0>{}, vec); return; } break;
       default: break;
     }

@@ -27,14 +27,13 @@ int next_pow2(std::int64_t v) {
   return p;
 }
 
-/// Template instances exist for items in {1, 2, 4, 8} (up to kMaxRowItems; 16 for the wide scalar
-/// rows, kMaxScalarRowItems): round up to one of them.
+/// Template instances exist for items in {1, 2, 4, 8} (up to kMaxRowItems; 8 for the wide scalar rows,
+/// kMaxScalarRowItems): round up to one of them.
 int round_items(std::int64_t items) {
   if (items <= 1) return 1;
   if (items <= 2) return 2;
   if (items <= 4) return 4;
-  if (items <= 8) return 8;
-  return 16;
+  return 8;
 }
 
 int vector_width(const Problem& p) {
@@ -99,21 +98,19 @@ bool short_vector_rows(const Problem& p, const PlannerTable& t) {
 }
 
 /// Rows that are not 16-byte vectorised and longer than the 1-4 element instances cache (1024
-/// columns), cached by the wide scalar instances (kMaxScalarRowItems) instead of streamed twice: the
-/// smallest power-of-two group of at most kScalarRowMaxThreads threads that holds the row in 8 slots a
-/// thread, else 16, as many rows a block as `block_threads` holds. False (s left alone) for rows
-/// longer than that (8192 columns) or a device with smaller blocks.
+/// columns), cached by the wide scalar instances (kMaxScalarRowItems elements a thread) instead of
+/// streamed twice: the smallest power-of-two group of at most kScalarRowMaxThreads threads that
+/// holds the row, as many rows a block as `block_threads` holds. False (s left alone) for longer rows
+/// (4096 columns on the H100 and H200) or a device of smaller blocks.
 bool scalar_wide_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t,
                       int block_threads) {
   if (vector_width(p) != 1) return false;
-  constexpr int kFewerItems = kMaxScalarRowItems / 2;  // the other wide scalar instance (8 elements)
   const int max_group = std::min(device.max_threads_per_block, kScalarRowMaxThreads);
-  const int group = std::min(next_pow2(ceil_div(p.cols, std::int64_t(kFewerItems))), max_group);
-  const std::int64_t per_thread = ceil_div(p.cols, std::int64_t(group));
-  if (per_thread > kMaxScalarRowItems || group < kWarpSize) return false;
+  const int group = std::min(next_pow2(ceil_div(p.cols, std::int64_t(kMaxScalarRowItems))), max_group);
+  if (ceil_div(p.cols, std::int64_t(group)) > kMaxScalarRowItems || group < kWarpSize) return false;
   RowShape out;
   out.vec = 1;
-  out.items = std::max(kFewerItems, round_items(per_thread));  // (a row of 1024 columns or fewer: 1-4 fit)
+  out.items = kMaxScalarRowItems;  // the one wide scalar instance (a row of 1024 columns or fewer: 1-4 fit)
   out.threads_per_row = group;
   out.rows_per_block = std::max(1, std::min(block_threads, kScalarRowMaxThreads) / group);
   const std::int64_t needed = ceil_div(std::max<std::int64_t>(p.rows, 1), out.rows_per_block);
@@ -137,7 +134,7 @@ RowShape row_kernel_shape(const Problem& p, const DeviceFacts& device, const Pla
     return r.block_threads() <= bound ? r : row_shape(p, device, t, kMaxRowItems, max_threads, bound, items_target);
   };
   RowShape s = shape(t.row_block_threads, t.row_items_target);
-  if (s.items == 0) {  // too long for 1-4 slots: scalar rows of up to 8192 columns take 8 or 16
+  if (s.items == 0) {  // too long for 1-4 slots: scalar rows of up to 4096 columns take 8
     scalar_wide_rows(s, p, device, t, t.row_block_threads);
     return s;  // the others are streamed
   }

@@ -274,7 +274,7 @@ void check_row_kernel(Context& c, RowKernel kernel) {
   // "internal error: no kernel instance" at launch.
   bool items_ok = false;
   const int it = r.items;
-  const bool scalar_wide = r.vec == 1 && (it == 8 || it == 16);  // kMaxScalarRowItems instances (unsplit, unstaged)
+  const bool scalar_wide = r.vec == 1 && it == kMaxScalarRowItems;  // the wide scalar instances (unsplit, unstaged)
   switch (kernel) {
     case RowKernel::Forward: items_ok = it == 0 || it == 1 || it == 2 || it == 4 || scalar_wide; break;
     case RowKernel::ForwardPacked: items_ok = it == 1 || it == 2 || it == 4; break;

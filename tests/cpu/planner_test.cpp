@@ -1861,13 +1861,13 @@ TEST(Planner, UnalignedRowsUseTheScalarPath) {
 }
 
 // Scalar rows longer than the 1-4 element instances hold (1024 columns) are cached by the wide scalar
-// instances, 8 or 16 elements a thread in a group of at most kScalarRowMaxThreads, up to 8192 columns
+// instances, 8 elements a thread in a group of at most kScalarRowMaxThreads, up to 4096 columns
 // (docs/NOTES.md entry 105); longer ones are streamed. The forward and the unfused dX alike.
-TEST(Planner, UnalignedRowsUpTo8192ColumnsAreCachedEightOrSixteenElementsAThread) {
+TEST(Planner, UnalignedRowsUpTo4096ColumnsAreCachedEightElementsAThread) {
   const DeviceFacts h200 = DeviceFacts::h200();
   const struct { std::int64_t n; int group, items; } expected[] = {
-      {1000, 0, 4},   {1024, 0, 4},    {1025, 256, 8},  {2048, 256, 8},  {2049, 512, 8},
-      {4096, 512, 8}, {4097, 512, 16}, {8191, 512, 16}, {8192, 512, 16}, {8193, kStreamRowThreads, 0}};
+      {1000, 0, 4},   {1024, 0, 4}, {1025, 256, 8}, {2048, 256, 8}, {2049, 512, 8},
+      {4096, 512, 8}, {4097, kStreamRowThreads, 0}, {8192, kStreamRowThreads, 0}};
   for (const auto& e : expected) {
     for (Op op : {Op::LayerNormForward, Op::RmsNormForward, Op::LayerNormBackward, Op::RmsNormBackward}) {
       for (DType t : {DType::BF16, DType::F32}) {
@@ -1890,24 +1890,23 @@ TEST(Planner, UnalignedRowsUpTo8192ColumnsAreCachedEightOrSixteenElementsAThread
         EXPECT_LE(plan.row.block_threads(), row_kernel_max_threads(plan.row.items, plan.row.vec)) << where;
         if (plan.row.items > 0) {
           EXPECT_GE(std::int64_t(plan.row.items) * plan.row.threads_per_row, e.n) << where;
-          // the smallest group of 8 elements a thread, else 16 in the largest group
-          EXPECT_LT(std::int64_t(plan.row.threads_per_row / 2) * 8, e.n) << where;
-          if (plan.row.items == 16) EXPECT_EQ(plan.row.threads_per_row, kScalarRowMaxThreads) << where;
+          // the smallest group that holds the row
+          EXPECT_LT(std::int64_t(plan.row.threads_per_row / 2) * plan.row.items, e.n) << where;
         }
       }
     }
   }
-  // the wide scalar instances' launch bounds: kScalarRowMaxThreads threads, one block an SM
-  EXPECT_EQ(row_kernel_max_threads(8, 1), kScalarRowMaxThreads);
-  EXPECT_EQ(row_kernel_max_threads(16, 1), kScalarRowMaxThreads);
-  EXPECT_EQ(row_kernel_min_blocks(16, 1), 1);
+  // the wide scalar instance's launch bounds: kScalarRowMaxThreads threads, one block an SM
+  EXPECT_EQ(row_kernel_max_threads(kMaxScalarRowItems, 1), kScalarRowMaxThreads);
+  EXPECT_EQ(row_kernel_min_blocks(kMaxScalarRowItems, 1), 1);
   // vectorised 8-item layouts keep their bound (the fused wide split blocks' budget)
   EXPECT_EQ(max_row_threads(8, 8), max_row_threads(8));
   // a device of smaller blocks streams what it cannot cache
   DeviceFacts small_blocks = h200;
   small_blocks.max_threads_per_block = 256;
-  Problem p = backward(16384, 4097, DType::BF16, {true, true, true});
+  Problem p = backward(16384, 4000, DType::BF16, {true, true, true});
   p.rows_vector_aligned = false;
+  EXPECT_EQ(normkit::plan(p, h200, Strategy::Tiled).row.items, kMaxScalarRowItems);
   EXPECT_EQ(normkit::plan(p, small_blocks, Strategy::Tiled).row.items, 0);
   EXPECT_EQ(normkit::plan(backward(16384, 4096, DType::BF16), small_blocks, Strategy::Tiled).row.vec, 8);
 }

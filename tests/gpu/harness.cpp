@@ -970,7 +970,9 @@ void check_forward(const HostCase& hc, const DeviceCase& dc, const RefForward& r
   const PlannerTable& table = forward_packed_table(packed);
   const ForwardOut walk = gpu_forward(hc, dc, stream, &table);
   if (!packed) EXPECT_FALSE(walk.plan.row.packed) << walk.plan.describe();
-  if (packed && walk.plan.row.items > 0 && walk.plan.row.split == 1)
+  // (the wide scalar rows have no packed instance: 8 elements a thread do not fit its 40 registers)
+  if (packed && walk.plan.row.items > 0 && walk.plan.row.split == 1 &&
+      !scalar_wide_row_items(walk.plan.row.items, walk.plan.row.vec))
     EXPECT_TRUE(walk.plan.row.packed) << walk.plan.describe();
   expect_forward_matches(hc, walk, ref);
   const ForwardOut& packed_walk = packed ? walk : out;

@@ -170,8 +170,7 @@ INSTANTIATE_TEST_SUITE_P(RmsNorm, OutputMask,
                          mask_param_name);
 
 // ---- odd N and unaligned rows (base pointer offset by one element): the scalar row instances of
-// 1-4 elements a thread (N <= 1024), the wide ones of 8 (1536, 3584) and 16 (4097, 8192 unaligned),
-// and streamed rows (8193) ----
+// 1-4 elements a thread (N <= 1024), the wide ones of 8 (1536, 3584, 4095), and streamed rows (4097) ----
 
 using OddParam = std::tuple<bool, std::int64_t, DType, std::int64_t>;  // rms, N, dtype, offset
 class OddN : public testing::TestWithParam<OddParam> {};
@@ -189,7 +188,7 @@ TEST_P(OddN, ForwardAndBackwardMatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layout, OddN,
-                         testing::Combine(testing::Bool(), testing::Values(1, 3, 1000, 1001, 1536, 3584, 4097, 8192, 8193),
+                         testing::Combine(testing::Bool(), testing::Values(1, 3, 1000, 1001, 1536, 3584, 4095, 4097),
                                           testing::Values(DT::F16, DT::BF16, DT::F32), testing::Values(0, 1)),
                          [](const testing::TestParamInfo<OddParam>& info) {
                            return std::string(std::get<0>(info.param) ? "rms" : "ln") + "_N" +
