@@ -40,6 +40,15 @@ int vector_width(const Problem& p) {
   return p.rows_vector_aligned ? int(16 / dtype_size(p.dtype)) : 1;
 }
 
+/// A row layout's blocks: as many groups of `s.threads_per_row` a block as `block_threads` holds (one
+/// at least), and a grid over every row that the walks stride over, capped by the table's
+/// row_blocks_per_sm (which may ask more than a grid holds).
+void set_row_blocks(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t, int block_threads) {
+  s.rows_per_block = std::max(1, block_threads / s.threads_per_row);
+  const std::int64_t needed = ceil_div(std::max<std::int64_t>(p.rows, 1), s.rows_per_block);
+  s.blocks = std::min({needed, std::int64_t(device.sm_count) * t.row_blocks_per_sm, kMaxGridBlocks});
+}
+
 /// Row layout for the row-wise kernels: the fewest threads per row that keep each thread's
 /// register cache within `max_items` vectors (and the group within the register budget of that many
 /// items, max_row_threads), aiming at `items_target` vectors per thread so that enough loads are in
@@ -65,10 +74,7 @@ RowShape row_shape(const Problem& p, const DeviceFacts& device, const PlannerTab
     group *= 2;
   }
   s.threads_per_row = group;
-  s.rows_per_block = std::max(1, block_threads / group);
-  const std::int64_t needed = ceil_div(std::max<std::int64_t>(p.rows, 1), s.rows_per_block);
-  // the walks stride over the grid: a table's row_blocks_per_sm may ask more than a grid holds
-  s.blocks = std::min({needed, std::int64_t(device.sm_count) * t.row_blocks_per_sm, kMaxGridBlocks});
+  set_row_blocks(s, p, device, t, block_threads);
   return s;
 }
 
@@ -112,9 +118,7 @@ bool scalar_wide_rows(RowShape& s, const Problem& p, const DeviceFacts& device, 
   out.vec = 1;
   out.items = kMaxScalarRowItems;  // the one wide scalar instance (a row of 1024 columns or fewer: 1-4 fit)
   out.threads_per_row = group;
-  out.rows_per_block = std::max(1, std::min(block_threads, kScalarRowMaxThreads) / group);
-  const std::int64_t needed = ceil_div(std::max<std::int64_t>(p.rows, 1), out.rows_per_block);
-  out.blocks = std::min({needed, std::int64_t(device.sm_count) * t.row_blocks_per_sm, kMaxGridBlocks});
+  set_row_blocks(out, p, device, t, std::min(block_threads, kScalarRowMaxThreads));
   s = out;
   return true;
 }
