@@ -179,5 +179,28 @@ TEST_F(MeasureStrategies, GraphModeWithoutADeviceIsAnErrorForEveryStrategy) {
   }
 }
 
+// The plan a result row names is the plan the call runs: rows whose length is not a whole number of
+// 16-byte vectors are planned scalar for the forward as for the backward (before 75c369c the forward
+// was planned as if every row were 16-byte aligned), and plan_with_table agrees.
+TEST(SetupPlan, OddRowsArePlannedScalarForEveryOp) {
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  for (const std::int64_t cols : {std::int64_t(4097), std::int64_t(4096)}) {
+    const int vec = cols % 8 == 0 ? 8 : 1;  // bf16: 8 elements a 16-byte vector
+    for (const bool rms : {false, true}) {
+      std::string why;
+      const auto setup = Setup::create(*backend, rms, 16, cols, DType::BF16, DType::BF16, RotationPolicy{}, &why);
+      ASSERT_TRUE(setup) << why;
+      const OpKind fwd = rms ? OpKind::RmsFwd : OpKind::LnFwd, bwd = rms ? OpKind::RmsBwd : OpKind::LnBwd;
+      for (const OpKind op : {fwd, bwd}) {
+        const std::string where = std::string(op_kind_name(op)) + " N = " + std::to_string(cols);
+        const normkit::Plan plan = setup->plan(op, Strategy::Auto);
+        EXPECT_EQ(plan.row.vec, vec) << where << ": " << plan.describe();
+        const normkit::Plan with_table = setup->plan_with_table(op, Strategy::Auto, normkit::PlannerTable{});
+        EXPECT_EQ(with_table.row.vec, vec) << where << ": " << with_table.describe();
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace nkbench
