@@ -170,7 +170,8 @@ INSTANTIATE_TEST_SUITE_P(RmsNorm, OutputMask,
                          mask_param_name);
 
 // ---- odd N and unaligned rows (base pointer offset by one element): the scalar row instances of
-// 1-4 elements a thread (N <= 1024), the wide ones of 8 (1536, 3584, 4095), and streamed rows (4097) ----
+// 1-4 elements a thread (N <= 1024), the wide ones of 8 (4095; 1536 and 3584 where unaligned, vectorised
+// otherwise), and streamed rows (4097) ----
 
 using OddParam = std::tuple<bool, std::int64_t, DType, std::int64_t>;  // rms, N, dtype, offset
 class OddN : public testing::TestWithParam<OddParam> {};
