@@ -521,6 +521,12 @@ struct PlannerTable {
   /// 11.52 us, RMS 13.51 -> 11.04 us (2 items); seed suite, table row_items_target = 1: fused full
   /// backward 131072 x 64 LN 24.97 -> 21.88 us, RMS 20.33 -> 18.46 us (1 item).
   std::int64_t short_row_max_vectors = 8;
+  /// Scalar rows (not 16-byte vectorised) of 4097-8192 columns fill a group of kScalarRowMaxThreads
+  /// threads 8 elements a thread: the SM's one block, holding one row at a time. Cached so from this
+  /// many columns; shorter ones are streamed (read twice by two blocks an SM). H100, bf16, graph
+  /// (docs/NOTES.md entry 106), dX and RMSNorm forward, cached / streamed: 4097 columns 1.07-1.10x (half
+  /// the slots filled), 6001 0.92-1.00x, 6500 0.83-0.96x, 7001-8191 0.75-0.94x.
+  std::int64_t scalar_row_widest_group_min_cols = 6145;
   int forward_short_row_items_target = 2;
   int fused_short_row_items_target = 1;
   /// With one item per thread the fused backward wins on such rows (16-byte vectorised) from this
@@ -819,14 +825,22 @@ std::string format_planner_table(const PlannerTable& table);
 constexpr int kMaxRowItems = 4;
 /// Rows that are not 16-byte vectorised (vec 1: odd N, unaligned rows) are cached an element a slot,
 /// a quarter or less of a 16-byte vector's registers: the forward and dX kernels have scalar instances
-/// of 8 elements a thread too (kMaxScalarRowItems), in groups of at most kScalarRowMaxThreads threads,
-/// so rows of up to 4096 columns are read once instead of streamed twice. 16 elements a thread (rows
-/// of up to 8192) took 92-124 registers, one 512-thread block an SM, and lost to the streamed walk at
-/// 4097 columns (docs/NOTES.md entry 105).
+/// of 8 elements a thread too (kMaxScalarRowItems), in groups of at most kScalarRowMaxThreads threads
+/// (56-64 registers), so rows of up to 8192 columns can be read once instead of streamed twice
+/// (PlannerTable::scalar_row_widest_group_min_cols). 16 elements a thread in 512 (92-124 registers)
+/// lost to the streamed walk at 4097 columns (docs/NOTES.md entry 105).
 constexpr int kMaxScalarRowItems = 8;
-constexpr int kScalarRowMaxThreads = 512;
+constexpr int kScalarRowMaxThreads = 1024;
+/// LayerNorm's forward keeps its wide scalar instance at 512 threads: built for 1024 it measured 2.6 %
+/// slower at 16384 x 3001 (a group of 512 either way), and its 1024-thread groups gained only 3-4 %
+/// where the dX kernel's gained 4-7 % and RMSNorm's forward 8-25 % (docs/NOTES.md entry 106).
+constexpr int kLnForwardScalarRowMaxThreads = 512;
 /// Whether a row layout of `items` slots of `vec` elements is one of the wide scalar instances.
 constexpr bool scalar_wide_row_items(int items, int vec) { return vec == 1 && items > kMaxRowItems; }
+/// The largest group of a kernel's wide scalar instances: the LayerNorm forward's, or the others'.
+constexpr int scalar_row_max_threads(bool layer_norm_forward) {
+  return layer_norm_forward ? kLnForwardScalarRowMaxThreads : kScalarRowMaxThreads;
+}
 /// RMSNorm forward's packed walk (RowShape::packed): blocks of at most kPackedRowMaxThreads threads, of
 /// which the kernel's __launch_bounds__ keep kPackedRowMinBlocks resident per SM, i.e. at most 40
 /// registers a thread (65536 / (512 x 3), rounded down to the allocation granule of 8): 48 warps an
@@ -951,6 +965,11 @@ constexpr int row_kernel_max_threads(int items, int vec) {
 }
 constexpr int row_kernel_min_blocks(int items, int vec) {
   return items == 0 ? kStreamMinBlocksPerSm : row_min_blocks_per_sm(max_row_threads(items, vec));
+}
+/// The forward kernel's __launch_bounds__ max threads: row_kernel_max_threads but for LayerNorm's wide
+/// scalar instance (kLnForwardScalarRowMaxThreads; one block an SM either way).
+constexpr int forward_kernel_max_threads(bool rms, int items, int vec) {
+  return scalar_wide_row_items(items, vec) ? scalar_row_max_threads(!rms) : row_kernel_max_threads(items, vec);
 }
 /// The fused backward keeps dgamma/dbeta accumulators in registers next to the cached row: at most
 /// kMaxFusedItems vectors per thread, in blocks of kFusedBlockThreads threads, one block per SM

@@ -103,7 +103,7 @@ struct StagedForwardRows {
 };
 
 template <typename T, typename W, bool kRms, bool kStaged, int ITEMS, int VEC>
-__global__ void __launch_bounds__(row_kernel_max_threads(ITEMS, VEC), row_kernel_min_blocks(ITEMS, VEC)) forward_kernel(const ForwardParams<T, W> p) {
+__global__ void __launch_bounds__(forward_kernel_max_threads(kRms, ITEMS, VEC), row_kernel_min_blocks(ITEMS, VEC)) forward_kernel(const ForwardParams<T, W> p) {
   __shared__ float scratch_buffers[GroupScratch::kFloats];
   GroupScratch scratch(scratch_buffers);
   const RowGroup g = RowGroup::of_this_thread(p.threads_per_row);

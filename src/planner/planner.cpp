@@ -105,20 +105,24 @@ bool short_vector_rows(const Problem& p, const PlannerTable& t) {
 
 /// Rows that are not 16-byte vectorised and longer than the 1-4 element instances cache (1024
 /// columns), cached by the wide scalar instances (kMaxScalarRowItems elements a thread) instead of
-/// streamed twice: the smallest power-of-two group of at most kScalarRowMaxThreads threads that
-/// holds the row, as many rows a block as `block_threads` holds. False (s left alone) for longer rows
-/// (4096 columns on the H100 and H200) or a device of smaller blocks.
+/// streamed twice: the smallest power-of-two group of at most scalar_row_max_threads threads (the
+/// kernel's) that holds the row, as many rows a block as `block_threads` holds. A group of
+/// kScalarRowMaxThreads is the SM's one block, one row at a time: only from
+/// PlannerTable::scalar_row_widest_group_min_cols columns. False (s left alone) for longer or
+/// shorter rows than that, or a device of smaller blocks.
 bool scalar_wide_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t,
                       int block_threads) {
   if (vector_width(p) != 1) return false;
-  const int max_group = std::min(device.max_threads_per_block, kScalarRowMaxThreads);
+  const int kernel_max_group = scalar_row_max_threads(p.op == Op::LayerNormForward);
+  const int max_group = std::min(device.max_threads_per_block, kernel_max_group);
   const int group = std::min(next_pow2(ceil_div(p.cols, std::int64_t(kMaxScalarRowItems))), max_group);
   if (ceil_div(p.cols, std::int64_t(group)) > kMaxScalarRowItems || group < kWarpSize) return false;
+  if (group == kScalarRowMaxThreads && p.cols < t.scalar_row_widest_group_min_cols) return false;
   RowShape out;
   out.vec = 1;
   out.items = kMaxScalarRowItems;  // the one wide scalar instance (a row of 1024 columns or fewer: 1-4 fit)
   out.threads_per_row = group;
-  set_row_blocks(out, p, device, t, std::min(block_threads, kScalarRowMaxThreads));
+  set_row_blocks(out, p, device, t, std::min(block_threads, kernel_max_group));
   s = out;
   return true;
 }
@@ -1253,6 +1257,7 @@ const TableKey kTableKeys[] = {
     key_items<&Table::small_grid_items_target, kMaxRowItems>("small_grid_items_target"),
     key<&Table::small_grid_block_threads>("small_grid_block_threads", block_threads_check),
     key<&Table::short_row_max_vectors>("short_row_max_vectors"),
+    key<&Table::scalar_row_widest_group_min_cols>("scalar_row_widest_group_min_cols"),
     key_items<&Table::forward_short_row_items_target, kMaxRowItems>("forward_short_row_items_target"),
     key_items<&Table::fused_short_row_items_target, kMaxFusedItems>("fused_short_row_items_target"),
     key<&Table::rms_forward_one_item_min_vectors>("rms_forward_one_item_min_vectors"),

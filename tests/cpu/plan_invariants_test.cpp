@@ -261,7 +261,7 @@ void check_row_kernel(Context& c, RowKernel kernel) {
   // __launch_bounds__ of each kernel: a launch with more threads than its bound fails.
   std::int64_t bound = 0;
   switch (kernel) {
-    case RowKernel::Forward: bound = row_kernel_max_threads(r.items, r.vec); break;  // forward_kernel
+    case RowKernel::Forward: bound = forward_kernel_max_threads(c.rms, r.items, r.vec); break;  // forward_kernel
     case RowKernel::ForwardPacked: bound = kPackedRowMaxThreads; break;            // rms_forward_packed_kernel
     case RowKernel::ForwardSplit: bound = kWideSplitBlockThreads; break;           // forward_split_kernel
     case RowKernel::Dx: bound = split ? kWideSplitBlockThreads : row_kernel_max_threads(r.items, r.vec); break;  // dx_kernel_max_threads

@@ -1861,13 +1861,19 @@ TEST(Planner, UnalignedRowsUseTheScalarPath) {
 }
 
 // Scalar rows longer than the 1-4 element instances hold (1024 columns) are cached by the wide scalar
-// instances, 8 elements a thread in a group of at most kScalarRowMaxThreads, up to 4096 columns
-// (docs/NOTES.md entry 105); longer ones are streamed. The forward and the unfused dX alike.
-TEST(Planner, UnalignedRowsUpTo4096ColumnsAreCachedEightElementsAThread) {
+// instances, 8 elements a thread in the smallest group that holds them: up to 512 threads (4096
+// columns), and 1024 threads from scalar_row_widest_group_min_cols (6145) to 8192 columns but in
+// LayerNorm's forward (docs/NOTES.md entries 105, 106); the others are streamed. The forward and the
+// unfused dX alike.
+TEST(Planner, UnalignedRowsUpTo8192ColumnsAreCachedEightElementsAThread) {
   const DeviceFacts h200 = DeviceFacts::h200();
-  const struct { std::int64_t n; int group, items; } expected[] = {
-      {1000, 0, 4},   {1024, 0, 4}, {1025, 256, 8}, {2048, 256, 8}, {2049, 512, 8},
-      {4096, 512, 8}, {4097, kStreamRowThreads, 0}, {8192, kStreamRowThreads, 0}};
+  constexpr int kStream = -1;
+  // group: 0 = the 1-4 element instances' rules; kStream = streamed
+  const struct { std::int64_t n; int group, ln_forward_group; } expected[] = {
+      {1000, 0, 0},         {1024, 0, 0},          {1025, 256, 256},      {2048, 256, 256},
+      {2049, 512, 512},     {4096, 512, 512},      {4097, kStream, kStream}, {6144, kStream, kStream},
+      {6145, 1024, kStream}, {8192, 1024, kStream}, {8193, kStream, kStream}};
+  ASSERT_EQ(builtin_planner_table(BuiltinTable::H200).scalar_row_widest_group_min_cols, 6145);
   for (const auto& e : expected) {
     for (Op op : {Op::LayerNormForward, Op::RmsNormForward, Op::LayerNormBackward, Op::RmsNormBackward}) {
       for (DType t : {DType::BF16, DType::F32}) {
@@ -1877,17 +1883,21 @@ TEST(Planner, UnalignedRowsUpTo4096ColumnsAreCachedEightElementsAThread) {
         const Plan plan = normkit::plan(p, h200, is_backward(op) ? Strategy::Tiled : Strategy::Auto);
         const std::string where = std::string(op_name(op)) + " " + dtype_name(t) + " N = " + std::to_string(e.n) +
                                   ": " + plan.describe();
+        const int group = op == Op::LayerNormForward ? e.ln_forward_group : e.group;
         EXPECT_EQ(plan.row.vec, 1) << where;
-        if (e.group == 0) {  // the 1-4 element instances' rules (the packed RMSNorm forward's among them)
+        if (group == 0) {  // the 1-4 element instances' rules (the packed RMSNorm forward's among them)
           EXPECT_GE(plan.row.items, 1) << where;
-          EXPECT_LE(plan.row.items, e.items) << where;
+          EXPECT_LE(plan.row.items, 4) << where;
           continue;
         }
-        EXPECT_EQ(plan.row.items, e.items) << where;
-        EXPECT_EQ(plan.row.threads_per_row, e.group) << where;
+        EXPECT_EQ(plan.row.items, group == kStream ? 0 : kMaxScalarRowItems) << where;
+        EXPECT_EQ(plan.row.threads_per_row, group == kStream ? kStreamRowThreads : group) << where;
         EXPECT_EQ(plan.row.split, 1) << where;
         EXPECT_EQ(plan.row.stages, 0) << where;
-        EXPECT_LE(plan.row.block_threads(), row_kernel_max_threads(plan.row.items, plan.row.vec)) << where;
+        const int bound = op == Op::LayerNormForward || op == Op::RmsNormForward
+                              ? forward_kernel_max_threads(op == Op::RmsNormForward, plan.row.items, plan.row.vec)
+                              : row_kernel_max_threads(plan.row.items, plan.row.vec);
+        EXPECT_LE(plan.row.block_threads(), bound) << where;
         if (plan.row.items > 0) {
           EXPECT_GE(std::int64_t(plan.row.items) * plan.row.threads_per_row, e.n) << where;
           // the smallest group that holds the row
@@ -1896,11 +1906,25 @@ TEST(Planner, UnalignedRowsUpTo4096ColumnsAreCachedEightElementsAThread) {
       }
     }
   }
-  // the wide scalar instance's launch bounds: kScalarRowMaxThreads threads, one block an SM
+  // the wide scalar instances' launch bounds: one block an SM of kScalarRowMaxThreads threads, but
+  // LayerNorm's forward (kLnForwardScalarRowMaxThreads)
   EXPECT_EQ(row_kernel_max_threads(kMaxScalarRowItems, 1), kScalarRowMaxThreads);
+  EXPECT_EQ(forward_kernel_max_threads(/*rms=*/true, kMaxScalarRowItems, 1), kScalarRowMaxThreads);
+  EXPECT_EQ(forward_kernel_max_threads(/*rms=*/false, kMaxScalarRowItems, 1), kLnForwardScalarRowMaxThreads);
+  EXPECT_EQ(forward_kernel_max_threads(/*rms=*/false, 4, 8), row_kernel_max_threads(4, 8));
   EXPECT_EQ(row_kernel_min_blocks(kMaxScalarRowItems, 1), 1);
   // vectorised 8-item layouts keep their bound (the fused wide split blocks' budget)
   EXPECT_EQ(max_row_threads(8, 8), max_row_threads(8));
+  // the table key moves the rule: 4097 columns cached, or 8192 streamed
+  PlannerTable all_wide = builtin_planner_table(BuiltinTable::H200);
+  all_wide.scalar_row_widest_group_min_cols = 0;
+  PlannerTable none_wide = builtin_planner_table(BuiltinTable::H200);
+  none_wide.scalar_row_widest_group_min_cols = 8193;
+  Problem wide = backward(16384, 4097, DType::BF16, {true, true, true});
+  wide.rows_vector_aligned = false;
+  EXPECT_EQ(normkit::plan(wide, h200, Strategy::Tiled, all_wide).row.threads_per_row, 1024);
+  wide.cols = 8192;
+  EXPECT_EQ(normkit::plan(wide, h200, Strategy::Tiled, none_wide).row.items, 0);
   // a device of smaller blocks streams what it cannot cache
   DeviceFacts small_blocks = h200;
   small_blocks.max_threads_per_block = 256;

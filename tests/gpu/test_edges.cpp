@@ -170,8 +170,9 @@ INSTANTIATE_TEST_SUITE_P(RmsNorm, OutputMask,
                          mask_param_name);
 
 // ---- odd N and unaligned rows (base pointer offset by one element): the scalar row instances of
-// 1-4 elements a thread (N <= 1024), the wide ones of 8 (4095; 1536 and 3584 where unaligned, vectorised
-// otherwise), and streamed rows (4097) ----
+// 1-4 elements a thread (N <= 1024), the wide ones of 8 in groups of up to 512 (4095; 1536 and 3584
+// where unaligned, vectorised otherwise) and of 1024 (7001; 8192 where unaligned; LayerNorm's forward
+// streams them), and streamed rows (4097) ----
 
 using OddParam = std::tuple<bool, std::int64_t, DType, std::int64_t>;  // rms, N, dtype, offset
 class OddN : public testing::TestWithParam<OddParam> {};
@@ -189,7 +190,7 @@ TEST_P(OddN, ForwardAndBackwardMatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layout, OddN,
-                         testing::Combine(testing::Bool(), testing::Values(1, 3, 1000, 1001, 1536, 3584, 4095, 4097),
+                         testing::Combine(testing::Bool(), testing::Values(1, 3, 1000, 1001, 1536, 3584, 4095, 4097, 7001, 8192),
                                           testing::Values(DT::F16, DT::BF16, DT::F32), testing::Values(0, 1)),
                          [](const testing::TestParamInfo<OddParam>& info) {
                            return std::string(std::get<0>(info.param) ? "rms" : "ln") + "_N" +
