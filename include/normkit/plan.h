@@ -523,7 +523,8 @@ struct PlannerTable {
   std::int64_t short_row_max_vectors = 8;
   /// Scalar rows (not 16-byte vectorised) of 4097-8192 columns fill a group of kScalarRowMaxThreads
   /// threads 8 elements a thread: the SM's one block, holding one row at a time. Cached so from this
-  /// many columns; shorter ones are streamed (read twice by two blocks an SM). H100, bf16, graph
+  /// many columns (but in LayerNorm's forward, kLnForwardScalarRowMaxThreads); shorter ones are
+  /// streamed (read twice by two blocks an SM). H100, bf16, graph
   /// (docs/NOTES.md entry 106), dX and RMSNorm forward, cached / streamed: 4097 columns 1.07-1.10x (half
   /// the slots filled), 6001 0.92-1.00x, 6500 0.83-0.96x, 7001-8191 0.75-0.94x.
   std::int64_t scalar_row_widest_group_min_cols = 6145;

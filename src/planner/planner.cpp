@@ -108,8 +108,9 @@ bool short_vector_rows(const Problem& p, const PlannerTable& t) {
 /// streamed twice: the smallest power-of-two group of at most scalar_row_max_threads threads (the
 /// kernel's) that holds the row, as many rows a block as `block_threads` holds. A group of
 /// kScalarRowMaxThreads is the SM's one block, one row at a time: only from
-/// PlannerTable::scalar_row_widest_group_min_cols columns. False (s left alone) for longer or
-/// shorter rows than that, or a device of smaller blocks.
+/// PlannerTable::scalar_row_widest_group_min_cols columns. False (s left alone, the rows streamed)
+/// for rows longer than the kernel's largest group holds (8192 columns; 4096 in LayerNorm's forward),
+/// rows of 4097 columns up to that key, or a device of smaller blocks.
 bool scalar_wide_rows(RowShape& s, const Problem& p, const DeviceFacts& device, const PlannerTable& t,
                       int block_threads) {
   if (vector_width(p) != 1) return false;
