@@ -143,7 +143,7 @@ RowShape row_kernel_shape(const Problem& p, const DeviceFacts& device, const Pla
     return r.block_threads() <= bound ? r : row_shape(p, device, t, kMaxRowItems, max_threads, bound, items_target);
   };
   RowShape s = shape(t.row_block_threads, t.row_items_target);
-  if (s.items == 0) {  // too long for 1-4 slots: scalar rows of up to 4096 columns take 8
+  if (s.items == 0) {  // too long for 1-4 slots: scalar rows may take the wide 8-element instances
     scalar_wide_rows(s, p, device, t, t.row_block_threads);
     return s;  // the others are streamed
   }
