@@ -593,16 +593,8 @@ const std::vector<Strategy>& all_strategies() {
   return s;
 }
 
-std::string strategy_id(Strategy s) {
-  switch (s) {
-    case Strategy::Auto: return "auto";
-    case Strategy::Simple: return "simple";
-    case Strategy::Tiled: return "tiled";
-    case Strategy::TwoPass: return "two_pass";
-    case Strategy::Fused: return "fused";
-  }
-  return "unknown";
-}
+// The library's names are identifier-safe already; one list of them, in src/core/types.cpp.
+std::string strategy_id(Strategy s) { return strategy_name(s); }
 
 std::string mask_id(Mask m) {
   std::string s;
